@@ -1,0 +1,47 @@
+# schedmesh: two commands on a fresh machine.
+#   make run   install, bring the local mesh up on the embedded broker, run the demo, shut down
+#   make test  install and run the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed
+PROTOS := $(wildcard protos/schedmesh/v1/*.proto)
+
+.PHONY: install protos run test test-fast golden bench clean
+
+install: $(STAMP) protos
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Generated protobuf/gRPC code lives next to the library (shared/schedmesh/v1/), never committed.
+protos: $(STAMP)
+	@if [ -n "$(PROTOS)" ]; then \
+	  $(PY) -m grpc_tools.protoc -Iprotos --python_out=shared --pyi_out=shared --grpc_python_out=shared $(PROTOS); \
+	fi
+
+run: install
+	$(VENV)/bin/schedmesh demo
+
+test: install
+	$(PY) -m pytest
+
+# The plugin and framework unit tests only (seconds).
+test-fast: install
+	$(PY) -m pytest shared/schedmesh -x
+
+# Decisions against kube-scheduler's recorded ones.
+golden: install
+	../shared/tools/golden-check
+
+bench: install
+	$(VENV)/bin/schedmesh bench --workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 5000
+
+clean:
+	rm -rf $(VENV) .pytest_cache .schedmesh
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+	rm -f shared/schedmesh/v1/*_pb2*.py shared/schedmesh/v1/*_pb2.pyi

@@ -1,0 +1,284 @@
+"""Conversions between the object model (api.types) and its protobuf form (protos/schedmesh/v1/objects.proto)."""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from schedmesh.api.labels import LabelSelector, LabelSelectorRequirement
+from schedmesh.api.quantity import format_exact, parse_quantity
+from schedmesh.api.types import (Affinity, Container, ContainerImage, ContainerPort, Namespace, Node, NodeAffinity,
+                                 NodeCondition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectMeta,
+                                 OwnerReference, Pod, PodAffinity, PodAffinityTerm, PodCondition,
+                                 PodDisruptionBudget, PreferredSchedulingTerm, PriorityClass, ResourceList, Taint,
+                                 Toleration, TopologySpreadConstraint, WeightedPodAffinityTerm)
+from schedmesh.v1 import objects_pb2 as pb
+
+
+def _rl_to(rl: ResourceList, m) -> None:
+    for k, v in rl.items():
+        m[k] = format_exact(v)
+
+
+def _rl_from(m) -> ResourceList:
+    return {k: parse_quantity(v) for k, v in m.items()}
+
+
+def _t(x: Optional[float]) -> float:
+    return x or 0.0
+
+
+def _tf(x: float) -> Optional[float]:
+    return x or None
+
+
+def meta_to(m: ObjectMeta, out: pb.ObjectMeta) -> pb.ObjectMeta:
+    out.name, out.namespace, out.uid = m.name, m.namespace, m.uid
+    out.labels.update(m.labels)
+    out.annotations.update(m.annotations)
+    out.creation_timestamp, out.deletion_timestamp = _t(m.creation_timestamp), _t(m.deletion_timestamp)
+    for o in m.owner_references:
+        out.owner_references.add(kind=o.kind, name=o.name, uid=o.uid, api_version=o.api_version, controller=o.controller)
+    out.resource_version = m.resource_version
+    return out
+
+
+def meta_from(m: pb.ObjectMeta) -> ObjectMeta:
+    return ObjectMeta(name=m.name, namespace=m.namespace, uid=m.uid, labels=dict(m.labels),
+                      annotations=dict(m.annotations), creation_timestamp=_tf(m.creation_timestamp),
+                      deletion_timestamp=_tf(m.deletion_timestamp),
+                      owner_references=[OwnerReference(o.kind, o.name, o.uid, o.api_version, o.controller)
+                                        for o in m.owner_references],
+                      resource_version=m.resource_version)
+
+
+def selector_to(s: Optional[LabelSelector], out: pb.LabelSelector) -> None:
+    out.SetInParent()
+    out.match_labels.update(dict(s.match_labels))
+    for r in s.match_expressions:
+        out.match_expressions.add(key=r.key, operator=r.operator, values=list(r.values))
+
+
+def selector_from(msg, present: bool) -> Optional[LabelSelector]:
+    if not present:
+        return None
+    return LabelSelector.of(dict(msg.match_labels),
+                            [LabelSelectorRequirement(r.key, r.operator, tuple(r.values)) for r in msg.match_expressions])
+
+
+def _nsr_to(reqs: list[NodeSelectorRequirement], out) -> None:
+    for r in reqs:
+        out.add(key=r.key, operator=r.operator, values=list(r.values))
+
+
+def _nsr_from(reqs) -> list[NodeSelectorRequirement]:
+    return [NodeSelectorRequirement(r.key, r.operator, list(r.values)) for r in reqs]
+
+
+def _term_to(t: NodeSelectorTerm, out: pb.NodeSelectorTerm) -> None:
+    out.SetInParent()
+    _nsr_to(t.match_expressions, out.match_expressions)
+    _nsr_to(t.match_fields, out.match_fields)
+
+
+def _term_from(t: pb.NodeSelectorTerm) -> NodeSelectorTerm:
+    return NodeSelectorTerm(_nsr_from(t.match_expressions), _nsr_from(t.match_fields))
+
+
+def _pat_to(t: PodAffinityTerm, out: pb.PodAffinityTerm) -> None:
+    out.topology_key = t.topology_key
+    if t.label_selector is not None:
+        selector_to(t.label_selector, out.label_selector)
+    out.namespaces.extend(t.namespaces)
+    if t.namespace_selector is not None:
+        selector_to(t.namespace_selector, out.namespace_selector)
+    out.match_label_keys.extend(t.match_label_keys)
+    out.mismatch_label_keys.extend(t.mismatch_label_keys)
+
+
+def _pat_from(t: pb.PodAffinityTerm) -> PodAffinityTerm:
+    return PodAffinityTerm(topology_key=t.topology_key,
+                           label_selector=selector_from(t.label_selector, t.HasField("label_selector")),
+                           namespaces=list(t.namespaces),
+                           namespace_selector=selector_from(t.namespace_selector, t.HasField("namespace_selector")),
+                           match_label_keys=list(t.match_label_keys), mismatch_label_keys=list(t.mismatch_label_keys))
+
+
+def _pa_to(a: PodAffinity, out: pb.PodAffinity) -> None:
+    out.SetInParent()
+    for t in a.required:
+        _pat_to(t, out.required.add())
+    for w in a.preferred:
+        m = out.preferred.add(weight=w.weight)
+        _pat_to(w.term, m.term)
+
+
+def _pa_from(a: pb.PodAffinity) -> PodAffinity:
+    return PodAffinity([_pat_from(t) for t in a.required],
+                       [WeightedPodAffinityTerm(w.weight, _pat_from(w.term)) for w in a.preferred])
+
+
+def _container_to(c: Container, out: pb.Container) -> None:
+    out.name, out.image = c.name, c.image
+    _rl_to(c.requests, out.requests)
+    _rl_to(c.limits, out.limits)
+    for p in c.ports:
+        out.ports.add(container_port=p.container_port, host_port=p.host_port, protocol=p.protocol, host_ip=p.host_ip,
+                      name=p.name)
+    out.restart_policy = c.restart_policy or ""
+
+
+def _container_from(c: pb.Container) -> Container:
+    return Container(name=c.name, image=c.image, requests=_rl_from(c.requests), limits=_rl_from(c.limits),
+                     ports=[ContainerPort(p.container_port, p.host_port, p.protocol, p.host_ip, p.name) for p in c.ports],
+                     restart_policy=c.restart_policy or None)
+
+
+def pod_to_proto(p: Pod, out: Optional[pb.Pod] = None) -> pb.Pod:
+    out = out if out is not None else pb.Pod()
+    meta_to(p.meta, out.metadata)
+    for c in p.containers:
+        _container_to(c, out.containers.add())
+    for c in p.init_containers:
+        _container_to(c, out.init_containers.add())
+    out.node_name = p.node_name
+    out.node_selector.update(p.node_selector)
+    if p.affinity is not None:
+        a = out.affinity
+        a.SetInParent()
+        if p.affinity.node_affinity is not None:
+            na = a.node_affinity
+            na.SetInParent()
+            if p.affinity.node_affinity.required is not None:
+                na.required.SetInParent()
+                for t in p.affinity.node_affinity.required.terms:
+                    _term_to(t, na.required.terms.add())
+            for w in p.affinity.node_affinity.preferred:
+                m = na.preferred.add(weight=w.weight)
+                _term_to(w.preference, m.preference)
+        if p.affinity.pod_affinity is not None:
+            _pa_to(p.affinity.pod_affinity, a.pod_affinity)
+        if p.affinity.pod_anti_affinity is not None:
+            _pa_to(p.affinity.pod_anti_affinity, a.pod_anti_affinity)
+    for t in p.tolerations:
+        out.tolerations.add(key=t.key, operator=t.operator, value=t.value, effect=t.effect,
+                            has_toleration_seconds=t.toleration_seconds is not None,
+                            toleration_seconds=t.toleration_seconds or 0)
+    for c in p.topology_spread_constraints:
+        m = out.topology_spread_constraints.add(max_skew=c.max_skew, topology_key=c.topology_key,
+                                                when_unsatisfiable=c.when_unsatisfiable, min_domains=c.min_domains or 0,
+                                                node_affinity_policy=c.node_affinity_policy or "",
+                                                node_taints_policy=c.node_taints_policy or "",
+                                                match_label_keys=c.match_label_keys)
+        if c.label_selector is not None:
+            selector_to(c.label_selector, m.label_selector)
+    out.scheduler_name, out.priority_class_name = p.scheduler_name, p.priority_class_name
+    out.priority, out.preemption_policy = p.priority or 0, p.preemption_policy
+    _rl_to(p.overhead, out.overhead)
+    if p.resource_requests is not None:
+        out.resource_requests.SetInParent()
+        _rl_to(p.resource_requests, out.resource_requests.items)
+    if p.resource_limits is not None:
+        out.resource_limits.SetInParent()
+        _rl_to(p.resource_limits, out.resource_limits.items)
+    out.scheduling_gates.extend(p.scheduling_gates)
+    out.termination_grace_period_seconds = p.termination_grace_period_seconds
+    out.runtime_class_name, out.host_network = p.runtime_class_name, p.host_network
+    out.volumes_json = json.dumps(p.volumes) if p.volumes else ""
+    out.phase, out.nominated_node_name, out.start_time = p.phase, p.nominated_node_name, _t(p.start_time)
+    for c in p.conditions:
+        out.conditions.add(type=c.type, status=c.status, reason=c.reason, message=c.message)
+    return out
+
+
+def pod_from_proto(m: pb.Pod) -> Pod:
+    aff = None
+    if m.HasField("affinity"):
+        a = m.affinity
+        na = None
+        if a.HasField("node_affinity"):
+            req = NodeSelector([_term_from(t) for t in a.node_affinity.required.terms]) \
+                if a.node_affinity.HasField("required") else None
+            na = NodeAffinity(req, [PreferredSchedulingTerm(w.weight, _term_from(w.preference))
+                                    for w in a.node_affinity.preferred])
+        aff = Affinity(na, _pa_from(a.pod_affinity) if a.HasField("pod_affinity") else None,
+                       _pa_from(a.pod_anti_affinity) if a.HasField("pod_anti_affinity") else None)
+    return Pod(
+        meta=meta_from(m.metadata),
+        containers=[_container_from(c) for c in m.containers],
+        init_containers=[_container_from(c) for c in m.init_containers],
+        node_name=m.node_name, node_selector=dict(m.node_selector), affinity=aff,
+        tolerations=[Toleration(t.key, t.operator, t.value, t.effect,
+                                t.toleration_seconds if t.has_toleration_seconds else None) for t in m.tolerations],
+        topology_spread_constraints=[TopologySpreadConstraint(
+            c.max_skew, c.topology_key, c.when_unsatisfiable,
+            selector_from(c.label_selector, c.HasField("label_selector")), c.min_domains or None,
+            c.node_affinity_policy or None, c.node_taints_policy or None, list(c.match_label_keys))
+            for c in m.topology_spread_constraints],
+        scheduler_name=m.scheduler_name, priority_class_name=m.priority_class_name, priority=m.priority,
+        preemption_policy=m.preemption_policy, overhead=_rl_from(m.overhead),
+        resource_requests=_rl_from(m.resource_requests.items) if m.HasField("resource_requests") else None,
+        resource_limits=_rl_from(m.resource_limits.items) if m.HasField("resource_limits") else None,
+        scheduling_gates=list(m.scheduling_gates),
+        termination_grace_period_seconds=m.termination_grace_period_seconds,
+        runtime_class_name=m.runtime_class_name, host_network=m.host_network,
+        volumes=json.loads(m.volumes_json) if m.volumes_json else [],
+        phase=m.phase or "Pending", nominated_node_name=m.nominated_node_name, start_time=_tf(m.start_time),
+        conditions=[PodCondition(c.type, c.status, c.reason, c.message) for c in m.conditions],
+    )
+
+
+def node_to_proto(n: Node, out: Optional[pb.Node] = None) -> pb.Node:
+    out = out if out is not None else pb.Node()
+    meta_to(n.meta, out.metadata)
+    out.unschedulable = n.unschedulable
+    for t in n.taints:
+        out.taints.add(key=t.key, value=t.value, effect=t.effect, time_added=_t(t.time_added))
+    _rl_to(n.allocatable, out.allocatable)
+    _rl_to(n.capacity, out.capacity)
+    for im in n.images:
+        out.images.add(names=im.names, size_bytes=im.size_bytes)
+    for c in n.conditions:
+        out.conditions.add(type=c.type, status=c.status, reason=c.reason, message=c.message,
+                           last_heartbeat_time=_t(c.last_heartbeat_time))
+    return out
+
+
+def node_from_proto(m: pb.Node) -> Node:
+    return Node(meta=meta_from(m.metadata), unschedulable=m.unschedulable,
+                taints=[Taint(t.key, t.effect, t.value, _tf(t.time_added)) for t in m.taints],
+                allocatable=_rl_from(m.allocatable), capacity=_rl_from(m.capacity),
+                images=[ContainerImage(list(i.names), i.size_bytes) for i in m.images],
+                conditions=[NodeCondition(c.type, c.status, c.reason, c.message, _tf(c.last_heartbeat_time))
+                            for c in m.conditions])
+
+
+def priority_class_to_proto(c: PriorityClass) -> pb.PriorityClass:
+    return pb.PriorityClass(name=c.name, value=c.value, global_default=c.global_default,
+                            preemption_policy=c.preemption_policy, description=c.description)
+
+
+def priority_class_from_proto(m: pb.PriorityClass) -> PriorityClass:
+    return PriorityClass(m.name, m.value, m.global_default, m.preemption_policy or "PreemptLowerPriority", m.description)
+
+
+def pdb_to_proto(p: PodDisruptionBudget) -> pb.PodDisruptionBudget:
+    out = pb.PodDisruptionBudget(min_available=p.min_available or "", max_unavailable=p.max_unavailable or "",
+                                 disruptions_allowed=p.disruptions_allowed)
+    meta_to(p.meta, out.metadata)
+    if p.selector is not None:
+        selector_to(p.selector, out.selector)
+    return out
+
+
+def pdb_from_proto(m: pb.PodDisruptionBudget) -> PodDisruptionBudget:
+    return PodDisruptionBudget(meta=meta_from(m.metadata), selector=selector_from(m.selector, m.HasField("selector")),
+                               min_available=m.min_available or None, max_unavailable=m.max_unavailable or None,
+                               disruptions_allowed=m.disruptions_allowed)
+
+
+def namespace_to_proto(n: Namespace) -> pb.Namespace:
+    return pb.Namespace(name=n.name, labels=n.labels)
+
+
+def namespace_from_proto(m: pb.Namespace) -> Namespace:
+    return Namespace(m.name, dict(m.labels))

@@ -1,0 +1,97 @@
+"""Kubernetes resource quantities (k8s.io/apimachinery resource.Quantity), exactly.
+
+A quantity is kept as an exact rational number so that sums of container requests
+round the way the API machinery rounds: `MilliValue()` and `Value()` round up.
+"""
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1),
+    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
+    "P": Fraction(10**15), "E": Fraction(10**18),
+}
+# sign, digits with at most one dot, then a suffix: binary SI, decimal SI or a decimal exponent.
+_QUANTITY = re.compile(r"^([+-]?)(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
+
+
+class QuantityError(ValueError):
+    """The text is not a Kubernetes quantity."""
+
+
+def parse_quantity(text: str | int | float) -> Fraction:
+    """Parse `500m`, `2`, `1Gi`, `129e6`, `123Mi`, `1.5` into an exact Fraction."""
+    if isinstance(text, bool):
+        raise QuantityError(f"{text!r} is not a quantity")
+    if isinstance(text, int):
+        return Fraction(text)
+    if isinstance(text, float):
+        if not math.isfinite(text):
+            raise QuantityError(f"{text!r} is not a quantity")
+        return Fraction(str(text))
+    if not isinstance(text, str):
+        raise QuantityError(f"{text!r} is not a quantity")
+    m = _QUANTITY.match(text.strip())
+    if not m or text != text.strip():
+        raise QuantityError(f"{text!r} is not a quantity")
+    sign, digits, suffix = m.group(1), m.group(2), m.group(3) or ""
+    value = Fraction(digits)
+    if suffix in _BINARY:
+        value *= _BINARY[suffix]
+    elif suffix in _DECIMAL:
+        value *= _DECIMAL[suffix]
+    else:  # decimal exponent
+        exp = int(suffix[1:])
+        if abs(exp) > 60:
+            raise QuantityError(f"{text!r} is not a quantity: exponent out of range")
+        value *= Fraction(10) ** exp
+    return -value if sign == "-" else value
+
+
+def milli_value(q: Fraction) -> int:
+    """Quantity.MilliValue(): thousandths, rounded up."""
+    return math.ceil(q * 1000)
+
+
+def value(q: Fraction) -> int:
+    """Quantity.Value(): whole units, rounded up."""
+    return math.ceil(q)
+
+
+def format_milli(milli: int) -> str:
+    """A readable cpu figure: 1500 -> '1500m', 2000 -> '2'."""
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def format_bytes(n: int) -> str:
+    """A readable memory figure in the largest exact binary unit: 2147483648 -> '2Gi'."""
+    for suffix, size in reversed(list(_BINARY.items())):
+        if n and n % size == 0:
+            return f"{n // size}{suffix}"
+    return str(n)
+
+
+def format_exact(q: Fraction) -> str:
+    """An exact quantity string that parses back to the same value ('1.5', '1073741824', '0.0001')."""
+    if q.denominator == 1:
+        return str(q.numerator)
+    d, k = q.denominator, 0
+    while d % 10 == 0 or d % 2 == 0 or d % 5 == 0:
+        if d % 10 == 0:
+            d //= 10
+        elif d % 2 == 0:
+            d //= 2
+        else:
+            d //= 5
+        k += 1
+    if d != 1:
+        raise QuantityError(f"{q} has no exact decimal form")
+    scaled = q * 10**k
+    assert scaled.denominator == 1
+    sign = "-" if scaled < 0 else ""
+    digits = str(abs(scaled.numerator)).rjust(k + 1, "0")
+    return f"{sign}{digits[:-k]}.{digits[-k:]}".rstrip("0").rstrip(".")

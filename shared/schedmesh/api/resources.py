@@ -1,0 +1,205 @@
+"""Resource accounting: what a pod requests and what a node offers, as kube-scheduler counts it.
+
+Mirrors component-helpers' PodRequests (containers, restartable "sidecar" init containers,
+init containers, pod-level resources, overhead) and the scheduler's Resource type
+(cpu in millicores, everything else in whole units, both rounded up).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Mapping, Optional
+
+from schedmesh.api.quantity import milli_value, value
+from schedmesh.api.types import Pod, ResourceList
+
+CPU, MEMORY, PODS, EPHEMERAL_STORAGE = "cpu", "memory", "pods", "ephemeral-storage"
+HUGEPAGES_PREFIX = "hugepages-"
+ATTACHABLE_VOLUMES_PREFIX = "attachable-volumes-"
+DEFAULT_NAMESPACE_PREFIX = "kubernetes.io/"
+REQUESTS_PREFIX = "requests."
+# Containers without a cpu / memory request count as this much when scoring (never when fitting).
+DEFAULT_MILLI_CPU_REQUEST = 100
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+
+_QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def is_prefixed_native_resource(name: str) -> bool:
+    return DEFAULT_NAMESPACE_PREFIX in name
+
+
+def is_native_resource(name: str) -> bool:
+    return "/" not in name or is_prefixed_native_resource(name)
+
+
+def is_qualified_name(name: str) -> bool:
+    """validation.IsQualifiedName: [prefix/]name, prefix a DNS subdomain, name <= 63 chars."""
+    parts = name.split("/")
+    if len(parts) == 1:
+        local = parts[0]
+    elif len(parts) == 2:
+        prefix, local = parts
+        if not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix):
+            return False
+    else:
+        return False
+    return 0 < len(local) <= 63 and bool(_QUALIFIED_NAME_PART.match(local))
+
+
+def is_extended_resource_name(name: str) -> bool:
+    if is_native_resource(name) or name.startswith(REQUESTS_PREFIX):
+        return False
+    return is_qualified_name(REQUESTS_PREFIX + name)
+
+
+def is_hugepage_resource_name(name: str) -> bool:
+    return name.startswith(HUGEPAGES_PREFIX)
+
+
+def is_scalar_resource_name(name: str) -> bool:
+    """Resources the scheduler tracks besides cpu, memory, ephemeral-storage and pods."""
+    return (is_extended_resource_name(name) or is_hugepage_resource_name(name)
+            or is_prefixed_native_resource(name) or name.startswith(ATTACHABLE_VOLUMES_PREFIX))
+
+
+def is_supported_pod_level_resource(name: str) -> bool:
+    return name in (CPU, MEMORY) or name.startswith(HUGEPAGES_PREFIX)
+
+
+@dataclass(slots=True)
+class Resource:
+    """kube-scheduler's framework.Resource: integers, cpu in millicores."""
+
+    milli_cpu: int = 0
+    memory: int = 0
+    ephemeral_storage: int = 0
+    allowed_pod_number: int = 0
+    scalar: dict[str, int] = field(default_factory=dict)
+
+    @staticmethod
+    def from_list(rl: Mapping[str, Fraction]) -> "Resource":
+        r = Resource()
+        r.add_list(rl)
+        return r
+
+    def add_list(self, rl: Mapping[str, Fraction]) -> None:
+        for name, q in rl.items():
+            if name == CPU:
+                self.milli_cpu += milli_value(q)
+            elif name == MEMORY:
+                self.memory += value(q)
+            elif name == PODS:
+                self.allowed_pod_number += value(q)
+            elif name == EPHEMERAL_STORAGE:
+                self.ephemeral_storage += value(q)
+            elif is_scalar_resource_name(name):
+                self.scalar[name] = self.scalar.get(name, 0) + value(q)
+
+    def get(self, name: str) -> int:
+        if name == CPU:
+            return self.milli_cpu
+        if name == MEMORY:
+            return self.memory
+        if name == EPHEMERAL_STORAGE:
+            return self.ephemeral_storage
+        if name == PODS:
+            return self.allowed_pod_number
+        return self.scalar.get(name, 0)
+
+    def clone(self) -> "Resource":
+        return Resource(self.milli_cpu, self.memory, self.ephemeral_storage, self.allowed_pod_number,
+                        dict(self.scalar))
+
+
+@dataclass(slots=True, frozen=True)
+class PodResource:
+    """What a pod takes on a node: exact requests, plus the non-zero cpu/memory used by scoring."""
+
+    requests: Resource
+    non0_cpu: int
+    non0_mem: int
+
+
+def _add(into: dict[str, Fraction], more: Mapping[str, Fraction]) -> None:
+    for k, v in more.items():
+        into[k] = into.get(k, Fraction(0)) + v
+
+
+def _max(into: dict[str, Fraction], more: Mapping[str, Fraction]) -> None:
+    for k, v in more.items():
+        if k not in into or v > into[k]:
+            into[k] = v
+
+
+def _with_non_missing(reqs: Mapping[str, Fraction], non_missing: Mapping[str, Fraction]) -> dict[str, Fraction]:
+    out = dict(reqs)
+    for k, v in non_missing.items():
+        if k not in reqs:
+            out[k] = out.get(k, Fraction(0)) + v
+    return out
+
+
+def aggregate_container_requests(pod: Pod, non_missing: Optional[Mapping[str, Fraction]] = None) -> ResourceList:
+    """Containers summed; init containers as a running maximum, sidecars counted in both."""
+    reqs: dict[str, Fraction] = {}
+    for c in pod.containers:
+        _add(reqs, _with_non_missing(c.requests, non_missing) if non_missing else c.requests)
+    sidecars: dict[str, Fraction] = {}
+    init_max: dict[str, Fraction] = {}
+    for c in pod.init_containers:
+        creqs = _with_non_missing(c.requests, non_missing) if non_missing else c.requests
+        if c.restart_policy == "Always":
+            _add(reqs, creqs)
+            _add(sidecars, creqs)
+            use = dict(sidecars)
+        else:
+            use = dict(creqs)
+            _add(use, sidecars)
+        _max(init_max, use)
+    _max(reqs, init_max)
+    return reqs
+
+
+def has_pod_level_requests(pod: Pod) -> bool:
+    return bool(pod.resource_requests) and any(is_supported_pod_level_resource(k) for k in pod.resource_requests)
+
+
+def pod_requests(pod: Pod, non_missing: Optional[Mapping[str, Fraction]] = None,
+                 exclude_overhead: bool = False) -> ResourceList:
+    """component-helpers resource.PodRequests with PodLevelResources enabled."""
+    reqs = aggregate_container_requests(pod, non_missing)
+    if has_pod_level_requests(pod):
+        for k, q in pod.resource_requests.items():
+            if is_supported_pod_level_resource(k):
+                reqs[k] = q
+    if not exclude_overhead and pod.overhead:
+        _add(reqs, pod.overhead)
+    return reqs
+
+
+def _non_missing_defaults(requests: Mapping[str, Fraction], pod_level_set: bool) -> dict[str, Fraction]:
+    default_cpu = Fraction(DEFAULT_MILLI_CPU_REQUEST, 1000)
+    default_mem = Fraction(DEFAULT_MEMORY_REQUEST)
+    if not pod_level_set:
+        return {CPU: default_cpu, MEMORY: default_mem}
+    out: dict[str, Fraction] = {}
+    if CPU not in requests:
+        out[CPU] = default_cpu
+    if MEMORY not in requests:
+        out[MEMORY] = default_mem
+    return out
+
+
+def compute_pod_resource(pod: Pod) -> PodResource:
+    """PodInfo.CalculateResource(): requests and the non-zero cpu/memory for scoring."""
+    requests = pod_requests(pod)
+    non_missing = _non_missing_defaults(requests, has_pod_level_requests(pod))
+    non0 = pod_requests(pod, non_missing) if non_missing else requests
+    return PodResource(
+        requests=Resource.from_list(requests),
+        non0_cpu=milli_value(non0.get(CPU, Fraction(0))),
+        non0_mem=value(non0.get(MEMORY, Fraction(0))),
+    )

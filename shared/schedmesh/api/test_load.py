@@ -1,0 +1,136 @@
+import pytest
+
+from schedmesh.api.load import AdmissionError, ManifestError, admit_all, load_text
+from schedmesh.api.resources import compute_pod_resource
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop, labels: {app: web}}
+spec:
+  containers:
+  - name: c
+    image: nginx
+    resources:
+      requests: {cpu: 500m, memory: 1Gi}
+      limits: {nvidia.com/gpu: 1}
+"""
+
+
+def test_multi_document_list_and_defaults():
+    text = POD + """---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: n1}
+  status: {capacity: {cpu: "4", memory: 8Gi, pods: "110"}}
+- apiVersion: scheduling.k8s.io/v1
+  kind: PriorityClass
+  metadata: {name: high}
+  value: 1000
+"""
+    m = load_text(text, "x.yaml")
+    assert [p.key for p in m.pods] == ["shop/web"]
+    assert m.nodes[0].allocatable == m.nodes[0].capacity  # allocatable defaults to capacity
+    pod = m.pods[0]
+    assert "nvidia.com/gpu" in pod.containers[0].requests  # requests default to limits
+    r = compute_pod_resource(pod).requests
+    assert (r.milli_cpu, r.memory, r.scalar) == (500, 2**30, {"nvidia.com/gpu": 1})
+    assert m.priority_classes[0].value == 1000
+
+
+@pytest.mark.parametrize("patch, path, reason", [
+    (("cpu: 500m", "cpu: 12x"), "spec.containers[0].resources.requests.cpu", '"12x" is not a quantity'),
+    (("memory: 1Gi", "memory: -1Gi"), "spec.containers[0].resources.requests.memory", "must be greater than or equal to 0"),
+    (("name: web,", "nome: web,"), "metadata.name", "is required"),
+    (("image: nginx", "image: [nginx]"), "spec.containers[0].image", "expected a string"),
+])
+def test_errors_name_document_field_and_reason(patch, path, reason):
+    with pytest.raises(ManifestError) as e:
+        load_text(POD.replace(*patch), "pods.yaml")
+    assert e.value.path == path
+    assert reason in e.value.reason
+    assert str(e.value).startswith("pods.yaml")
+
+
+def test_list_item_error_names_the_item():
+    text = """{"apiVersion": "v1", "kind": "List", "items": [
+      {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"}},
+      {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+       "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "12x"}}}]}}]}"""
+    with pytest.raises(ManifestError) as e:
+        load_text(text, "c.json")
+    assert "items[1]" in str(e.value) and "spec.containers[0].resources.requests.cpu" in str(e.value)
+
+
+def test_unknown_kind_and_bad_yaml():
+    with pytest.raises(ManifestError, match="not supported"):
+        load_text("apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n")
+    with pytest.raises(ManifestError, match="not valid YAML"):
+        load_text("a: [1, 2\n")
+
+
+def test_priority_admission():
+    m = load_text(POD.replace("spec:\n", "spec:\n  priorityClassName: high\n") + """---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+preemptionPolicy: Never
+""")
+    admit_all(m)
+    assert (m.pods[0].priority, m.pods[0].preemption_policy) == (1000, "Never")
+
+
+def test_unknown_priority_class_is_an_error():
+    m = load_text(POD.replace("spec:\n", "spec:\n  priorityClassName: nope\n"))
+    with pytest.raises(AdmissionError, match="no PriorityClass with name nope was found"):
+        admit_all(m)
+
+
+def test_global_default_and_system_classes():
+    m = load_text(POD + """---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: base}
+value: 7
+globalDefault: true
+""" + "---\n" + POD.replace("name: web,", "name: sys,").replace("spec:\n", "spec:\n  priorityClassName: system-node-critical\n"))
+    admit_all(m)
+    assert [(p.priority, p.priority_class_name) for p in m.pods] == [(7, "base"), (2000001000, "system-node-critical")]
+
+
+def test_match_label_keys_merged_into_affinity_selector():
+    m = load_text("""
+apiVersion: v1
+kind: Pod
+metadata: {name: p, labels: {app: a, rev: "7"}}
+spec:
+  containers: [{name: c}]
+  affinity:
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+      - topologyKey: kubernetes.io/hostname
+        labelSelector: {matchLabels: {app: a}}
+        matchLabelKeys: [rev, missing]
+""")
+    sel = m.pods[0].affinity.pod_anti_affinity.required[0].label_selector
+    assert sel.matches({"app": "a", "rev": "7"}) and not sel.matches({"app": "a", "rev": "8"})
+
+
+def test_deployment_expands_to_pods():
+    m = load_text("""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: c, resources: {requests: {cpu: 100m}}}]}
+""")
+    assert len(m.pods) == 3 and len({p.name for p in m.pods}) == 3
+    assert all(p.labels["app"] == "web" and p.meta.owner_references for p in m.pods)

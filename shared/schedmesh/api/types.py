@@ -1,0 +1,296 @@
+"""The scheduling-relevant subset of the Kubernetes object model (core/v1, scheduling/v1, policy/v1).
+
+Field names follow the Kubernetes JSON names in snake_case. Objects are built by
+`schedmesh.api.load` (from YAML/JSON, with defaults applied as the API server would) and
+by the protobuf conversions in `schedmesh.api.convert`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Optional
+
+from schedmesh.api.labels import LabelSelector
+
+ResourceList = dict[str, Fraction]
+
+# Taint effects and toleration operators, as in core/v1.
+NO_SCHEDULE = "NoSchedule"
+PREFER_NO_SCHEDULE = "PreferNoSchedule"
+NO_EXECUTE = "NoExecute"
+
+DEFAULT_NAMESPACE = "default"
+PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+PREEMPT_NEVER = "Never"
+
+
+@dataclass(slots=True)
+class OwnerReference:
+    kind: str
+    name: str
+    uid: str = ""
+    api_version: str = ""
+    controller: bool = False
+
+
+@dataclass(slots=True)
+class ObjectMeta:
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    creation_timestamp: Optional[float] = None  # seconds since the epoch
+    deletion_timestamp: Optional[float] = None
+    owner_references: list[OwnerReference] = field(default_factory=list)
+    resource_version: str = ""
+
+
+@dataclass(slots=True)
+class ContainerPort:
+    container_port: int
+    host_port: int = 0
+    protocol: str = "TCP"
+    host_ip: str = ""
+    name: str = ""
+
+
+@dataclass(slots=True)
+class Container:
+    name: str
+    image: str = ""
+    requests: ResourceList = field(default_factory=dict)
+    limits: ResourceList = field(default_factory=dict)
+    ports: list[ContainerPort] = field(default_factory=list)
+    # Only for init containers: "Always" makes it a sidecar (restartable init container).
+    restart_policy: Optional[str] = None
+
+
+@dataclass(slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty matches every effect
+    toleration_seconds: Optional[int] = None
+
+
+@dataclass(slots=True, frozen=True)
+class Taint:
+    key: str
+    effect: str
+    value: str = ""
+    time_added: Optional[float] = None
+
+    def __str__(self) -> str:
+        # kube's Taint.ToString(): key=value:effect, value omitted when empty.
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(slots=True)
+class NodeSelectorRequirement:
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class NodeSelectorTerm:
+    match_expressions: list[NodeSelectorRequirement] = field(default_factory=list)
+    match_fields: list[NodeSelectorRequirement] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class NodeSelector:
+    terms: list[NodeSelectorTerm] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PreferredSchedulingTerm:
+    weight: int
+    preference: NodeSelectorTerm
+
+
+@dataclass(slots=True)
+class NodeAffinity:
+    required: Optional[NodeSelector] = None
+    preferred: list[PreferredSchedulingTerm] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PodAffinityTerm:
+    topology_key: str
+    label_selector: Optional[LabelSelector] = None
+    namespaces: list[str] = field(default_factory=list)
+    namespace_selector: Optional[LabelSelector] = None
+    match_label_keys: list[str] = field(default_factory=list)
+    mismatch_label_keys: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class WeightedPodAffinityTerm:
+    weight: int
+    term: PodAffinityTerm
+
+
+@dataclass(slots=True)
+class PodAffinity:
+    required: list[PodAffinityTerm] = field(default_factory=list)
+    preferred: list[WeightedPodAffinityTerm] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Affinity:
+    node_affinity: Optional[NodeAffinity] = None
+    pod_affinity: Optional[PodAffinity] = None
+    pod_anti_affinity: Optional[PodAffinity] = None
+
+
+@dataclass(slots=True)
+class TopologySpreadConstraint:
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: str  # DoNotSchedule | ScheduleAnyway
+    label_selector: Optional[LabelSelector] = None
+    min_domains: Optional[int] = None
+    node_affinity_policy: Optional[str] = None  # Honor | Ignore (nil means Honor)
+    node_taints_policy: Optional[str] = None  # Honor | Ignore (nil means Ignore)
+    match_label_keys: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PodCondition:
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(slots=True, eq=False)
+class Pod:
+    meta: ObjectMeta
+    containers: list[Container] = field(default_factory=list)
+    init_containers: list[Container] = field(default_factory=list)
+    node_name: str = ""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    affinity: Optional[Affinity] = None
+    tolerations: list[Toleration] = field(default_factory=list)
+    topology_spread_constraints: list[TopologySpreadConstraint] = field(default_factory=list)
+    scheduler_name: str = "default-scheduler"
+    priority_class_name: str = ""
+    priority: int = 0
+    preemption_policy: str = PREEMPT_LOWER_PRIORITY
+    overhead: ResourceList = field(default_factory=dict)
+    # Pod-level resources (PodLevelResources): None when the pod sets none.
+    resource_requests: Optional[ResourceList] = None
+    resource_limits: Optional[ResourceList] = None
+    scheduling_gates: list[str] = field(default_factory=list)
+    termination_grace_period_seconds: int = 30
+    runtime_class_name: str = ""
+    host_network: bool = False
+    volumes: list[dict] = field(default_factory=list)  # kept verbatim; volume plugins are out of scope
+    # status
+    phase: str = "Pending"
+    nominated_node_name: str = ""
+    start_time: Optional[float] = None
+    conditions: list[PodCondition] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @property
+    def namespace(self) -> str:
+        return self.meta.namespace
+
+    @property
+    def uid(self) -> str:
+        return self.meta.uid
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.meta.labels
+
+    @property
+    def key(self) -> str:
+        """namespace/name, as kube's klog.KObj prints it."""
+        return f"{self.meta.namespace}/{self.meta.name}"
+
+    def __repr__(self) -> str:
+        return f"Pod({self.key})"
+
+
+@dataclass(slots=True)
+class ContainerImage:
+    names: list[str]
+    size_bytes: int = 0
+
+
+@dataclass(slots=True)
+class NodeCondition:
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    last_heartbeat_time: Optional[float] = None
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    meta: ObjectMeta
+    unschedulable: bool = False
+    taints: list[Taint] = field(default_factory=list)
+    allocatable: ResourceList = field(default_factory=dict)
+    capacity: ResourceList = field(default_factory=dict)
+    images: list[ContainerImage] = field(default_factory=list)
+    conditions: list[NodeCondition] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.meta.labels
+
+    def __repr__(self) -> str:
+        return f"Node({self.meta.name})"
+
+
+@dataclass(slots=True)
+class PriorityClass:
+    name: str
+    value: int
+    global_default: bool = False
+    preemption_policy: str = PREEMPT_LOWER_PRIORITY
+    description: str = ""
+
+
+@dataclass(slots=True)
+class PodDisruptionBudget:
+    meta: ObjectMeta
+    selector: Optional[LabelSelector] = None
+    min_available: Optional[str] = None  # int or percentage, as written
+    max_unavailable: Optional[str] = None
+    disruptions_allowed: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @property
+    def namespace(self) -> str:
+        return self.meta.namespace
+
+
+@dataclass(slots=True)
+class Namespace:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+# Built-in priority classes that every cluster has.
+SYSTEM_PRIORITY_CLASSES = {
+    "system-cluster-critical": PriorityClass("system-cluster-critical", 2000000000),
+    "system-node-critical": PriorityClass("system-node-critical", 2000001000),
+}

@@ -1,0 +1,236 @@
+"""NodeInfo and PodInfo: what the scheduler knows of a node and of each pod on it
+(kube-scheduler's framework.NodeInfo / framework.PodInfo)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+from schedmesh.api.labels import LabelSelector
+from schedmesh.api.resources import PodResource, Resource, compute_pod_resource
+from schedmesh.api.types import Node, Pod, PodAffinityTerm
+
+DEFAULT_BIND_ALL_HOST_IP = "0.0.0.0"
+
+
+@dataclass(slots=True, frozen=True)
+class AffinityTerm:
+    """A parsed pod (anti-)affinity term: nil selectors match nothing, empty ones everything."""
+
+    namespaces: frozenset[str]
+    selector: Optional[LabelSelector]
+    topology_key: str
+    namespace_selector: Optional[LabelSelector]
+
+    def matches(self, pod: Pod, ns_labels: Mapping[str, str]) -> bool:
+        if pod.meta.namespace in self.namespaces or (
+                self.namespace_selector is not None and self.namespace_selector.matches(ns_labels)):
+            return self.selector is not None and self.selector.matches(pod.meta.labels)
+        return False
+
+
+@dataclass(slots=True, frozen=True)
+class WeightedAffinityTerm:
+    term: AffinityTerm
+    weight: int
+
+
+def new_affinity_term(pod: Pod, t: PodAffinityTerm) -> AffinityTerm:
+    if not t.namespaces and t.namespace_selector is None:
+        namespaces = frozenset((pod.meta.namespace,))
+    else:
+        namespaces = frozenset(t.namespaces)
+    return AffinityTerm(namespaces, t.label_selector, t.topology_key, t.namespace_selector)
+
+
+class PodInfo:
+    """A pod with its pre-parsed affinity terms and cached resource requests."""
+
+    __slots__ = ("pod", "required_affinity_terms", "required_anti_affinity_terms",
+                 "preferred_affinity_terms", "preferred_anti_affinity_terms", "_resource")
+
+    def __init__(self, pod: Pod) -> None:
+        self.pod = pod
+        aff = pod.affinity
+        pa = aff.pod_affinity if aff else None
+        paa = aff.pod_anti_affinity if aff else None
+        self.required_affinity_terms = [new_affinity_term(pod, t) for t in pa.required] if pa else []
+        self.required_anti_affinity_terms = [new_affinity_term(pod, t) for t in paa.required] if paa else []
+        self.preferred_affinity_terms = (
+            [WeightedAffinityTerm(new_affinity_term(pod, w.term), w.weight) for w in pa.preferred] if pa else [])
+        self.preferred_anti_affinity_terms = (
+            [WeightedAffinityTerm(new_affinity_term(pod, w.term), w.weight) for w in paa.preferred] if paa else [])
+        self._resource: Optional[PodResource] = None
+
+    @property
+    def resource(self) -> PodResource:
+        if self._resource is None:
+            self._resource = compute_pod_resource(self.pod)
+        return self._resource
+
+    def __repr__(self) -> str:
+        return f"PodInfo({self.pod.key})"
+
+
+def pod_with_affinity(pod: Pod) -> bool:
+    a = pod.affinity
+    return a is not None and (a.pod_affinity is not None or a.pod_anti_affinity is not None)
+
+
+def pod_with_required_anti_affinity(pod: Pod) -> bool:
+    a = pod.affinity
+    return a is not None and a.pod_anti_affinity is not None and bool(a.pod_anti_affinity.required)
+
+
+def host_ports(pod: Pod) -> list[tuple[str, str, int]]:
+    """(hostIP, protocol, hostPort) claimed by the pod: sidecar init containers, then containers."""
+    out = []
+    for c in [ic for ic in pod.init_containers if ic.restart_policy == "Always"] + pod.containers:
+        for p in c.ports:
+            if p.host_port > 0:
+                out.append((p.host_ip or DEFAULT_BIND_ALL_HOST_IP, p.protocol or "TCP", p.host_port))
+    return out
+
+
+class HostPortInfo:
+    """Host ports in use on a node: ip -> {(protocol, port)} (a set, as in kube)."""
+
+    __slots__ = ("_by_ip",)
+
+    def __init__(self) -> None:
+        self._by_ip: dict[str, set[tuple[str, int]]] = {}
+
+    def add(self, ip: str, protocol: str, port: int) -> None:
+        if port <= 0:
+            return
+        ip, protocol = ip or DEFAULT_BIND_ALL_HOST_IP, protocol or "TCP"
+        self._by_ip.setdefault(ip, set()).add((protocol, port))
+
+    def remove(self, ip: str, protocol: str, port: int) -> None:
+        if port <= 0:
+            return
+        ip, protocol = ip or DEFAULT_BIND_ALL_HOST_IP, protocol or "TCP"
+        m = self._by_ip.get(ip)
+        if m is None:
+            return
+        m.discard((protocol, port))
+        if not m:
+            del self._by_ip[ip]
+
+    def check_conflict(self, ip: str, protocol: str, port: int) -> bool:
+        if port <= 0:
+            return False
+        ip, protocol = ip or DEFAULT_BIND_ALL_HOST_IP, protocol or "TCP"
+        pp = (protocol, port)
+        if ip == DEFAULT_BIND_ALL_HOST_IP:
+            return any(pp in m for m in self._by_ip.values())
+        return any(pp in self._by_ip.get(k, ()) for k in (DEFAULT_BIND_ALL_HOST_IP, ip))
+
+    def __len__(self) -> int:
+        return sum(len(m) for m in self._by_ip.values())
+
+    def clone(self) -> "HostPortInfo":
+        h = HostPortInfo()
+        h._by_ip = {ip: set(m) for ip, m in self._by_ip.items()}
+        return h
+
+
+@dataclass(slots=True)
+class ImageStateSummary:
+    size: int
+    num_nodes: int
+
+
+class NodeInfo:
+    """A node and the pods assigned (or assumed) to it, with running totals."""
+
+    __slots__ = ("node", "pods", "pods_with_affinity", "pods_with_required_anti_affinity",
+                 "requested", "non_zero_requested", "allocatable", "used_ports", "image_states",
+                 "generation", "index")
+
+    def __init__(self, node: Optional[Node] = None) -> None:
+        self.node: Optional[Node] = None
+        self.pods: list[PodInfo] = []
+        self.pods_with_affinity: list[PodInfo] = []
+        self.pods_with_required_anti_affinity: list[PodInfo] = []
+        self.requested = Resource()
+        self.non_zero_requested = Resource()
+        self.allocatable = Resource()
+        self.used_ports = HostPortInfo()
+        self.image_states: dict[str, ImageStateSummary] = {}
+        self.generation = 0
+        self.index = -1  # position in the snapshot's node table
+        if node is not None:
+            self.set_node(node)
+
+    @property
+    def name(self) -> str:
+        return self.node.meta.name if self.node else ""
+
+    def set_node(self, node: Node) -> None:
+        self.node = node
+        self.allocatable = Resource.from_list(node.allocatable)
+        self.generation += 1
+
+    def add_pod_info(self, pi: PodInfo) -> None:
+        self.pods.append(pi)
+        if pod_with_affinity(pi.pod):
+            self.pods_with_affinity.append(pi)
+        if pod_with_required_anti_affinity(pi.pod):
+            self.pods_with_required_anti_affinity.append(pi)
+        self._update(pi, 1)
+
+    def add_pod(self, pod: Pod) -> PodInfo:
+        pi = PodInfo(pod)
+        self.add_pod_info(pi)
+        return pi
+
+    def remove_pod(self, pod: Pod) -> PodInfo:
+        uid = pod.meta.uid
+        for lst in (self.pods_with_affinity, self.pods_with_required_anti_affinity):
+            for i, p in enumerate(lst):
+                if p.pod.meta.uid == uid:
+                    lst[i] = lst[-1]
+                    lst.pop()
+                    break
+        for i, p in enumerate(self.pods):
+            if p.pod.meta.uid == uid:
+                self.pods[i] = self.pods[-1]
+                self.pods.pop()
+                self._update(p, -1)
+                return p
+        raise KeyError(f"no pod {pod.key} on node {self.name}")
+
+    def _update(self, pi: PodInfo, sign: int) -> None:
+        res = pi.resource
+        r = res.requests
+        self.requested.milli_cpu += sign * r.milli_cpu
+        self.requested.memory += sign * r.memory
+        self.requested.ephemeral_storage += sign * r.ephemeral_storage
+        for k, v in r.scalar.items():
+            self.requested.scalar[k] = self.requested.scalar.get(k, 0) + sign * v
+        self.non_zero_requested.milli_cpu += sign * res.non0_cpu
+        self.non_zero_requested.memory += sign * res.non0_mem
+        for ip, proto, port in host_ports(pi.pod):
+            if sign > 0:
+                self.used_ports.add(ip, proto, port)
+            else:
+                self.used_ports.remove(ip, proto, port)
+        self.generation += 1
+
+    def clone(self) -> "NodeInfo":
+        c = NodeInfo.__new__(NodeInfo)
+        c.node = self.node
+        c.pods = list(self.pods)
+        c.pods_with_affinity = list(self.pods_with_affinity)
+        c.pods_with_required_anti_affinity = list(self.pods_with_required_anti_affinity)
+        c.requested = self.requested.clone()
+        c.non_zero_requested = self.non_zero_requested.clone()
+        c.allocatable = self.allocatable
+        c.used_ports = self.used_ports.clone()
+        c.image_states = self.image_states
+        c.generation = self.generation
+        c.index = self.index
+        return c
+
+    def __repr__(self) -> str:
+        return f"NodeInfo({self.name}, pods={len(self.pods)})"

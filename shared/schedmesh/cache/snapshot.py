@@ -1,0 +1,306 @@
+"""The scheduler's view of the cluster for one cycle: NodeInfos plus NumPy columns over them.
+
+Plugins that evaluate nodes in bulk read the columns (`snapshot.cols`), indexed by node
+position (`NodeInfo.index`). Pod changes update the columns of one row in place; node set
+changes rebuild them lazily. The node order is kube-scheduler's node tree order: zones
+round-robin, nodes in each zone in the order they were added.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Optional
+
+import numpy as np
+
+from schedmesh.api.types import Node, Pod, Taint
+from schedmesh.cache.node_info import ImageStateSummary, NodeInfo, PodInfo
+
+ZONE_LABELS = ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone")
+REGION_LABELS = ("failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region")
+MISSING = -1  # label code for "this node has no such label"
+
+
+def zone_key(node: Node) -> str:
+    labels = node.meta.labels
+    zone = labels.get(ZONE_LABELS[0], labels.get(ZONE_LABELS[1], ""))
+    region = labels.get(REGION_LABELS[0], labels.get(REGION_LABELS[1], ""))
+    return "" if not region and not zone else f"{region}:\x00:{zone}"
+
+
+class LabelColumn:
+    """One label key over all nodes: an int code per node (MISSING where absent)."""
+
+    __slots__ = ("codes", "values", "code_of")
+
+    def __init__(self, key: str, nodes: list[Node]) -> None:
+        self.code_of: dict[str, int] = {}
+        codes = np.empty(len(nodes), dtype=np.int32)
+        for i, n in enumerate(nodes):
+            v = n.meta.labels.get(key)
+            if v is None:
+                codes[i] = MISSING
+            else:
+                c = self.code_of.get(v)
+                if c is None:
+                    c = self.code_of[v] = len(self.code_of)
+                codes[i] = c
+        self.codes = codes
+        self.values = list(self.code_of)
+
+    def present(self) -> np.ndarray:
+        return self.codes != MISSING
+
+    def isin(self, values: Iterable[str]) -> np.ndarray:
+        wanted = [self.code_of[v] for v in values if v in self.code_of]
+        if not wanted:
+            return np.zeros(len(self.codes), dtype=bool)
+        if len(wanted) == 1:
+            return self.codes == wanted[0]
+        return np.isin(self.codes, wanted)
+
+
+class Columns:
+    """Per-node integer columns of allocatable and requested resources, and node properties."""
+
+    def __init__(self, infos: list[NodeInfo]) -> None:
+        n = len(infos)
+        self.n = n
+        self.names = [ni.name for ni in infos]
+        self.alloc_cpu = np.fromiter((ni.allocatable.milli_cpu for ni in infos), np.int64, n)
+        self.alloc_mem = np.fromiter((ni.allocatable.memory for ni in infos), np.int64, n)
+        self.alloc_eph = np.fromiter((ni.allocatable.ephemeral_storage for ni in infos), np.int64, n)
+        self.alloc_pods = np.fromiter((ni.allocatable.allowed_pod_number for ni in infos), np.int64, n)
+        self.req_cpu = np.zeros(n, np.int64)
+        self.req_mem = np.zeros(n, np.int64)
+        self.req_eph = np.zeros(n, np.int64)
+        self.num_pods = np.zeros(n, np.int64)
+        self.nz_cpu = np.zeros(n, np.int64)
+        self.nz_mem = np.zeros(n, np.int64)
+        self.alloc_scalar: dict[str, np.ndarray] = {}
+        self.req_scalar: dict[str, np.ndarray] = {}
+        for i, ni in enumerate(infos):
+            for k, v in ni.allocatable.scalar.items():
+                self.alloc_scalar.setdefault(k, np.zeros(n, np.int64))[i] = v
+        self.unschedulable = np.fromiter((ni.node.unschedulable for ni in infos), bool, n)
+        # Nodes grouped by identical taint lists, so taint checks run once per group.
+        self.taint_groups: list[tuple[Taint, ...]] = []
+        group_of: dict[tuple[Taint, ...], int] = {}
+        self.taint_group = np.empty(n, np.int32)
+        for i, ni in enumerate(infos):
+            t = tuple(ni.node.taints)
+            g = group_of.get(t)
+            if g is None:
+                g = group_of[t] = len(self.taint_groups)
+                self.taint_groups.append(t)
+            self.taint_group[i] = g
+        self._labels: dict[str, LabelColumn] = {}
+        self._nodes = [ni.node for ni in infos]
+        self._name_index: Optional[dict[str, int]] = None
+        for i, ni in enumerate(infos):
+            self.set_pod_totals(i, ni)
+
+    def set_pod_totals(self, i: int, ni: NodeInfo) -> None:
+        r = ni.requested
+        self.req_cpu[i] = r.milli_cpu
+        self.req_mem[i] = r.memory
+        self.req_eph[i] = r.ephemeral_storage
+        self.num_pods[i] = len(ni.pods)
+        self.nz_cpu[i] = ni.non_zero_requested.milli_cpu
+        self.nz_mem[i] = ni.non_zero_requested.memory
+        for k, v in r.scalar.items():
+            col = self.req_scalar.get(k)
+            if col is None:
+                col = self.req_scalar[k] = np.zeros(self.n, np.int64)
+            col[i] = v
+
+    def scalar_alloc(self, name: str) -> np.ndarray:
+        col = self.alloc_scalar.get(name)
+        return col if col is not None else np.zeros(self.n, np.int64)
+
+    def scalar_req(self, name: str) -> np.ndarray:
+        col = self.req_scalar.get(name)
+        return col if col is not None else np.zeros(self.n, np.int64)
+
+    def label(self, key: str) -> LabelColumn:
+        col = self._labels.get(key)
+        if col is None:
+            col = self._labels[key] = LabelColumn(key, self._nodes)
+        return col
+
+    def index_of(self, name: str) -> int:
+        if self._name_index is None:
+            self._name_index = {n: i for i, n in enumerate(self.names)}
+        return self._name_index.get(name, -1)
+
+
+class Snapshot:
+    """Nodes, the pods on them, namespaces' labels, and columns for bulk evaluation."""
+
+    def __init__(self, nodes: Iterable[Node] = (), pods: Iterable[Pod] = (),
+                 namespaces: Optional[Mapping[str, Mapping[str, str]]] = None) -> None:
+        self.node_info_map: dict[str, NodeInfo] = {}
+        self._zone_order: dict[str, list[str]] = {}
+        self.namespace_labels: dict[str, dict[str, str]] = {k: dict(v) for k, v in (namespaces or {}).items()}
+        self._pod_node: dict[str, str] = {}  # pod uid -> node name
+        self._pending_pods: dict[str, list[Pod]] = {}  # pods whose node is not known yet
+        self._list: Optional[list[NodeInfo]] = None
+        self._cols: Optional[Columns] = None
+        self._affinity_lists: Optional[tuple[list[NodeInfo], list[NodeInfo]]] = None
+        self._image_states: Optional[dict[str, ImageStateSummary]] = None
+        for n in nodes:
+            self.add_node(n)
+        for p in pods:
+            self.add_pod(p)
+
+    # ---- reading -------------------------------------------------------------------------
+    @property
+    def node_info_list(self) -> list[NodeInfo]:
+        if self._list is None:
+            zones = list(self._zone_order.values())
+            out: list[NodeInfo] = []
+            depth = max((len(z) for z in zones), default=0)
+            for i in range(depth):
+                for z in zones:
+                    if i < len(z):
+                        out.append(self.node_info_map[z[i]])
+            for idx, ni in enumerate(out):
+                ni.index = idx
+            self._list = out
+        return self._list
+
+    @property
+    def cols(self) -> Columns:
+        if self._cols is None:
+            self._cols = Columns(self.node_info_list)
+        return self._cols
+
+    def num_nodes(self) -> int:
+        return len(self.node_info_map)
+
+    def get(self, name: str) -> Optional[NodeInfo]:
+        return self.node_info_map.get(name)
+
+    def all_indices(self) -> np.ndarray:
+        return np.arange(len(self.node_info_list), dtype=np.int64)
+
+    def have_pods_with_affinity(self) -> list[NodeInfo]:
+        return self._affinity()[0]
+
+    def have_pods_with_required_anti_affinity(self) -> list[NodeInfo]:
+        return self._affinity()[1]
+
+    def _affinity(self) -> tuple[list[NodeInfo], list[NodeInfo]]:
+        if self._affinity_lists is None:
+            lst = self.node_info_list
+            self._affinity_lists = ([ni for ni in lst if ni.pods_with_affinity],
+                                    [ni for ni in lst if ni.pods_with_required_anti_affinity])
+        return self._affinity_lists
+
+    def image_states(self) -> dict[str, ImageStateSummary]:
+        """Image name -> (size, number of nodes that have it); sizes are per node in NodeInfo."""
+        if self._image_states is None:
+            nodes_with: dict[str, set[str]] = {}
+            for ni in self.node_info_map.values():
+                for img in ni.node.images:
+                    for name in img.names:
+                        nodes_with.setdefault(name, set()).add(ni.name)
+            for ni in self.node_info_map.values():
+                ni.image_states = {name: ImageStateSummary(img.size_bytes, len(nodes_with[name]))
+                                   for img in ni.node.images for name in img.names}
+            self._image_states = {k: ImageStateSummary(0, len(v)) for k, v in nodes_with.items()}
+        return self._image_states
+
+    def namespace_labels_of(self, namespace: str) -> dict[str, str]:
+        labels = self.namespace_labels.get(namespace)
+        if labels is None:
+            # The API server labels every namespace with its own name.
+            labels = self.namespace_labels[namespace] = {"kubernetes.io/metadata.name": namespace}
+        return labels
+
+    def node_of_pod(self, uid: str) -> Optional[str]:
+        return self._pod_node.get(uid)
+
+    def pods(self) -> Iterable[PodInfo]:
+        for ni in self.node_info_map.values():
+            yield from ni.pods
+
+    # ---- changing ------------------------------------------------------------------------
+    def _nodes_changed(self) -> None:
+        self._list = None
+        self._cols = None
+        self._affinity_lists = None
+        self._image_states = None
+
+    def _pods_changed(self, ni: NodeInfo, affinity_changed: bool) -> None:
+        if self._cols is not None and ni.index >= 0:
+            self._cols.set_pod_totals(ni.index, ni)
+        if affinity_changed:
+            self._affinity_lists = None
+
+    def add_node(self, node: Node) -> NodeInfo:
+        name = node.meta.name
+        ni = self.node_info_map.get(name)
+        if ni is None:
+            ni = self.node_info_map[name] = NodeInfo(node)
+            self._zone_order.setdefault(zone_key(node), []).append(name)
+            for p in self._pending_pods.pop(name, []):
+                self._add_pod_to(ni, p)
+        else:
+            old_zone = zone_key(ni.node)
+            ni.set_node(node)
+            if zone_key(node) != old_zone:
+                self._zone_order[old_zone].remove(name)
+                if not self._zone_order[old_zone]:
+                    del self._zone_order[old_zone]
+                self._zone_order.setdefault(zone_key(node), []).append(name)
+        self._nodes_changed()
+        return ni
+
+    update_node = add_node
+
+    def remove_node(self, name: str) -> Optional[NodeInfo]:
+        ni = self.node_info_map.pop(name, None)
+        if ni is None:
+            return None
+        z = zone_key(ni.node)
+        self._zone_order[z].remove(name)
+        if not self._zone_order[z]:
+            del self._zone_order[z]
+        for pi in ni.pods:
+            self._pod_node.pop(pi.pod.meta.uid, None)
+            # Pods stay known: they come back if the node is re-registered.
+            self._pending_pods.setdefault(name, []).append(pi.pod)
+        self._nodes_changed()
+        return ni
+
+    def _add_pod_to(self, ni: NodeInfo, pod: Pod) -> PodInfo:
+        pi = ni.add_pod(pod)
+        self._pod_node[pod.meta.uid] = ni.name
+        self._pods_changed(ni, bool(pi.required_affinity_terms or pi.required_anti_affinity_terms
+                                    or pi.preferred_affinity_terms or pi.preferred_anti_affinity_terms
+                                    or ni.pods_with_affinity))
+        return pi
+
+    def add_pod(self, pod: Pod, node_name: str = "") -> Optional[PodInfo]:
+        """Add a pod bound (or assumed) to `node_name` (default: its spec.nodeName)."""
+        node_name = node_name or pod.node_name
+        if pod.meta.uid in self._pod_node:
+            self.remove_pod(pod)
+        ni = self.node_info_map.get(node_name)
+        if ni is None:
+            self._pending_pods.setdefault(node_name, []).append(pod)
+            return None
+        return self._add_pod_to(ni, pod)
+
+    def remove_pod(self, pod: Pod) -> Optional[PodInfo]:
+        node_name = self._pod_node.pop(pod.meta.uid, None)
+        if node_name is None:
+            for lst in self._pending_pods.values():
+                for i, p in enumerate(lst):
+                    if p.meta.uid == pod.meta.uid:
+                        del lst[i]
+                        return None
+            return None
+        ni = self.node_info_map[node_name]
+        pi = ni.remove_pod(pod)
+        self._pods_changed(ni, True)
+        return pi

@@ -1,0 +1,39 @@
+"""The `schedmesh` command."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from schedmesh.api.load import ManifestError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from schedmesh.cli import explain
+
+    parser = argparse.ArgumentParser(prog="schedmesh", description="A Kubernetes-compatible pod scheduler mesh.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("explain", help="place pending pods on a cluster and show every decision")
+    explain.add_arguments(p)
+    p.set_defaults(func=explain.run)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code = args.func(args)
+    except ManifestError as e:
+        print(f"schedmesh: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except ValueError as e:  # bad configuration or arguments: one line, no traceback
+        print(f"schedmesh: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(code or 0)
+
+
+if __name__ == "__main__":
+    main()

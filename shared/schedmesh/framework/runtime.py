@@ -1,0 +1,402 @@
+"""The framework runtime: builds a profile's plugins and runs them at each extension point
+(kube-scheduler's framework/runtime/framework.go), over many nodes at once."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
+
+import numpy as np
+
+from schedmesh.framework.interface import (MAX_NODE_SCORE, MAX_TOTAL_SCORE, MIN_NODE_SCORE, BindPlugin, Code,
+                                           CycleState, EnqueueExtensions, FilterPlugin, Handle, NodeToStatus,
+                                           PermitPlugin, Plugin, PluginError, PostBindPlugin, PostFilterPlugin,
+                                           PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin,
+                                           PreFilterResult, PreScorePlugin, QueueSortPlugin, ReservePlugin,
+                                           ScorePlugin, Status)
+from schedmesh.framework.profile import EXTENSION_POINTS, MULTI_POINT, Profile
+from schedmesh.framework.registry import Registry, default_registry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from schedmesh.api.types import Pod
+    from schedmesh.cache.node_info import NodeInfo, PodInfo
+    from schedmesh.cache.snapshot import Snapshot
+
+_POINT_TYPES: dict[str, type] = {
+    "preEnqueue": PreEnqueuePlugin, "queueSort": QueueSortPlugin, "preFilter": PreFilterPlugin,
+    "filter": FilterPlugin, "postFilter": PostFilterPlugin, "preScore": PreScorePlugin, "score": ScorePlugin,
+    "reserve": ReservePlugin, "permit": PermitPlugin, "preBind": PreBindPlugin, "bind": BindPlugin,
+    "postBind": PostBindPlugin,
+}
+
+
+class ProfileError(ValueError):
+    """The profile cannot be built (unknown plugin, double registration, bad args...)."""
+
+
+class Nominator:
+    """Pods nominated to nodes by preemption (the queue's nominator implements this)."""
+
+    def nominated_pods_for_node(self, node_name: str) -> list["PodInfo"]:
+        return []
+
+
+@dataclass(slots=True)
+class FilterOutcome:
+    """Bulk Filter over candidate rows: the feasible rows and each rejected row's status."""
+
+    feasible: np.ndarray  # int64 rows that passed every filter
+    rejected_rows: np.ndarray  # int64 rows that failed
+    rejected_status: list[Status]  # aligned with rejected_rows, plugin set
+
+
+class Framework(Handle):
+    """One profile's plugins, instantiated, per extension point, in order."""
+
+    def __init__(self, profile: Profile, registry: Optional[Registry] = None,
+                 snapshot_fn: Optional[Callable[[], "Snapshot"]] = None, services: Optional[dict] = None) -> None:
+        self.profile = profile
+        self.registry = registry or default_registry()
+        self._snapshot_fn = snapshot_fn
+        # Things plugins may need from the process they run in (binder client, extenders, ...).
+        self.services: dict = dict(services or {})
+        self.plugins: dict[str, Plugin] = {}
+        self.points: dict[str, list[Plugin]] = {p: [] for p in EXTENSION_POINTS}
+        self.score_weights: dict[str, int] = {}
+        self._build()
+
+    # ---- construction (kube's NewFramework) -----------------------------------------------
+    def _build(self) -> None:
+        prof = self.profile
+        needed: list[str] = []
+        for point in (MULTI_POINT, *EXTENSION_POINTS):
+            for ref in prof.plugin_set(point).enabled:
+                if ref.name not in needed:
+                    needed.append(ref.name)
+        for name in needed:
+            try:
+                cls = self.registry.get(name)
+            except (KeyError, ImportError) as e:
+                raise ProfileError(f"profile {prof.scheduler_name!r}: {e}") from None
+            try:
+                self.plugins[name] = cls(prof.plugin_config.get(name), self)
+            except (ValueError, TypeError) as e:
+                raise ProfileError(f"profile {prof.scheduler_name!r}: initializing plugin {name!r}: {e}") from None
+        for point in EXTENSION_POINTS:
+            pset = prof.plugin_set(point)
+            lst: list[Plugin] = []
+            for ref in pset.enabled:
+                p = self.plugins[ref.name]
+                if not isinstance(p, _POINT_TYPES[point]):
+                    raise ProfileError(f"plugin {ref.name!r} does not extend {point} plugin")
+                if p in lst:
+                    raise ProfileError(f"plugin {ref.name!r} already registered as {point!r}")
+                lst.append(p)
+            self.points[point] = lst
+        if prof.plugin_set(MULTI_POINT).enabled:
+            self._expand_multi_point()
+        if len(self.points["queueSort"]) != 1:
+            raise ProfileError(f"only one queue sort plugin required for profile with scheduler name "
+                               f"{prof.scheduler_name!r}, but got {len(self.points['queueSort'])}")
+        if not self.points["bind"]:
+            raise ProfileError(f"at least one bind plugin is needed for profile with scheduler name {prof.scheduler_name!r}")
+        total = 0
+        for ref in prof.plugin_set("score").enabled + prof.plugin_set(MULTI_POINT).enabled:
+            if not isinstance(self.plugins[ref.name], ScorePlugin) or ref.name in self.score_weights:
+                continue
+            w = ref.weight or 1
+            if w * MAX_NODE_SCORE > MAX_TOTAL_SCORE - total:
+                raise ProfileError("total score of Score plugins could overflow")
+            total += w * MAX_NODE_SCORE
+            self.score_weights[ref.name] = w
+
+    def _expand_multi_point(self) -> None:
+        prof = self.profile
+        for point in EXTENSION_POINTS:
+            pset = prof.plugin_set(point)
+            enabled = [r.name for r in pset.enabled]
+            disabled = {r.name for r in pset.disabled}
+            if "*" in disabled:
+                continue
+            multi: list[str] = []
+            overrides: list[str] = []
+            for ref in prof.plugin_set(MULTI_POINT).enabled:
+                p = self.plugins[ref.name]
+                if not isinstance(p, _POINT_TYPES[point]) or ref.name in disabled:
+                    continue
+                if ref.name in enabled:
+                    overrides.append(ref.name)
+                    continue
+                if ref.name in multi:
+                    raise ProfileError(f"plugin {ref.name!r} already registered as {point!r}")
+                multi.append(ref.name)
+            order = ([n for n in enabled if n in overrides] + multi + [n for n in enabled if n not in overrides])
+            self.points[point] = [self.plugins[n] for n in order]
+
+    # ---- Handle ----------------------------------------------------------------------------
+    def snapshot(self) -> "Snapshot":
+        if self._snapshot_fn is None:
+            raise RuntimeError("this framework has no snapshot source")
+        return self._snapshot_fn()
+
+    def set_snapshot_source(self, fn: Callable[[], "Snapshot"]) -> None:
+        self._snapshot_fn = fn
+
+    @property
+    def name(self) -> str:
+        return self.profile.scheduler_name
+
+    def plugin_names(self, point: str) -> list[str]:
+        return [p.name for p in self.points[point]]
+
+    def has_filter_plugins(self) -> bool:
+        return bool(self.points["filter"])
+
+    def has_score_plugins(self) -> bool:
+        return bool(self.points["score"])
+
+    def has_post_filter_plugins(self) -> bool:
+        return bool(self.points["postFilter"])
+
+    def queue_sort_less(self) -> Callable:
+        return self.points["queueSort"][0].less
+
+    def enqueue_extensions(self) -> list[tuple[str, EnqueueExtensions]]:
+        return [(n, p) for n, p in self.plugins.items() if isinstance(p, EnqueueExtensions)]
+
+    # ---- PreEnqueue ------------------------------------------------------------------------
+    def run_pre_enqueue(self, pod: "Pod") -> Optional[Status]:
+        for p in self.points["preEnqueue"]:
+            st = p.pre_enqueue(pod)
+            if st is not None and not st.is_success():
+                return st.with_plugin(p.name)
+        return None
+
+    # ---- PreFilter -------------------------------------------------------------------------
+    def run_pre_filter(self, state: CycleState, pod: "Pod", snapshot: "Snapshot"
+                       ) -> tuple[Optional[PreFilterResult], Optional[Status], set[str]]:
+        """Returns (result, status, plugins that narrowed the node set)."""
+        skip: set[str] = set()
+        result: Optional[PreFilterResult] = None
+        with_nodes: set[str] = set()
+        returned: Optional[Status] = None
+        try:
+            for p in self.points["preFilter"]:
+                r, st = p.pre_filter(state, pod, snapshot)
+                if st is not None and st.code == Code.SKIP:
+                    skip.add(p.name)
+                    continue
+                if st is not None and st.code != Code.SUCCESS:
+                    st = st.with_plugin(p.name)
+                    if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                        return None, st, set()
+                    if st.code == Code.UNSCHEDULABLE:
+                        returned = st
+                        continue
+                    return None, Status(Code.ERROR, (f'running PreFilter plugin "{p.name}": {st.message()}',),
+                                        p.name, st.error), set()
+                if r is not None and not r.all_nodes():
+                    with_nodes.add(p.name)
+                result = r if result is None else result.merge(r)
+                if result is not None and not result.all_nodes() and not result.node_names:
+                    names = sorted(with_nodes)
+                    msg = (f"node(s) didn't satisfy plugin {names[0]}" if len(names) == 1
+                           else f"node(s) didn't satisfy plugin(s) [{' '.join(names)}] simultaneously")
+                    return result, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (msg,)), with_nodes
+            return result, returned, with_nodes
+        finally:
+            state.skip_filter_plugins = skip
+
+    def run_pre_filter_extension_add_pod(self, state: CycleState, pod: "Pod", pod_info_to_add: "PodInfo",
+                                         node_info: "NodeInfo") -> Optional[Status]:
+        for p in self.points["preFilter"]:
+            ext = p.pre_filter_extensions()
+            if ext is None or p.name in state.skip_filter_plugins:
+                continue
+            st = ext.add_pod(state, pod, pod_info_to_add, node_info)
+            if st is not None and not st.is_success():
+                return Status(Code.ERROR, (f'running AddPod on PreFilter plugin "{p.name}": {st.message()}',), p.name)
+        return None
+
+    def run_pre_filter_extension_remove_pod(self, state: CycleState, pod: "Pod", pod_info_to_remove: "PodInfo",
+                                            node_info: "NodeInfo") -> Optional[Status]:
+        for p in self.points["preFilter"]:
+            ext = p.pre_filter_extensions()
+            if ext is None or p.name in state.skip_filter_plugins:
+                continue
+            st = ext.remove_pod(state, pod, pod_info_to_remove, node_info)
+            if st is not None and not st.is_success():
+                return Status(Code.ERROR, (f'running RemovePod on PreFilter plugin "{p.name}": {st.message()}',), p.name)
+        return None
+
+    # ---- Filter ----------------------------------------------------------------------------
+    def run_filter(self, state: CycleState, pod: "Pod", node_info: "NodeInfo") -> Optional[Status]:
+        """All filters on one node, stopping at the first rejection (kube's RunFilterPlugins)."""
+        for p in self.points["filter"]:
+            if p.name in state.skip_filter_plugins:
+                continue
+            st = p.filter(state, pod, node_info)
+            if st is not None and st.code != Code.SUCCESS:
+                if not st.is_rejected():
+                    st = Status(Code.ERROR, (f'running "{p.name}" filter plugin: {st.message()}',), p.name, st.error)
+                return st.with_plugin(p.name)
+        return None
+
+    def run_filter_nodes(self, state: CycleState, pod: "Pod", snapshot: "Snapshot",
+                         candidates: np.ndarray) -> FilterOutcome:
+        """All filters over many nodes: each plugin sees only the nodes every earlier one passed."""
+        alive = np.asarray(candidates, dtype=np.int64)
+        rej_rows: list[np.ndarray] = []
+        rej_status: list[Status] = []
+        for p in self.points["filter"]:
+            if p.name in state.skip_filter_plugins or len(alive) == 0:
+                continue
+            v = p.filter_nodes(state, pod, snapshot, alive)
+            failed = v.failed
+            bad = failed >= 0
+            if not bad.any():
+                continue
+            named = []
+            for st in v.statuses:
+                if not st.is_rejected():
+                    raise PluginError(Status(Code.ERROR, (f'running "{p.name}" filter plugin: {st.message()}',),
+                                             p.name, st.error))
+                named.append(st.with_plugin(p.name))
+            rej_rows.append(alive[bad])
+            rej_status.extend(named[i] for i in failed[bad])
+            alive = alive[~bad]
+        rows = np.concatenate(rej_rows) if rej_rows else np.empty(0, np.int64)
+        return FilterOutcome(alive, rows, rej_status)
+
+    def run_filter_with_nominated_pods(self, state: CycleState, pod: "Pod", node_info: "NodeInfo",
+                                       nominator: Optional[Nominator]) -> Optional[Status]:
+        """Filters with equal-or-higher priority pods nominated to the node counted as if running
+        there (the first pass); a second pass without them when any were added."""
+        pods_added = False
+        state_to_use, info_to_use = state, node_info
+        if nominator is not None:
+            nominated = [pi for pi in nominator.nominated_pods_for_node(node_info.name)
+                         if pi.pod.priority >= pod.priority and pi.pod.meta.uid != pod.meta.uid]
+            if nominated:
+                state_to_use, info_to_use = state.clone(), node_info.clone()
+                for pi in nominated:
+                    info_to_use.add_pod_info(pi)
+                    st = self.run_pre_filter_extension_add_pod(state_to_use, pod, pi, info_to_use)
+                    if st is not None:
+                        return st
+                pods_added = True
+        st = self.run_filter(state_to_use, pod, info_to_use)
+        if st is not None and not st.is_success():
+            return st
+        if pods_added:
+            return self.run_filter(state, pod, node_info)
+        return None
+
+    # ---- PostFilter ------------------------------------------------------------------------
+    def run_post_filter(self, state: CycleState, pod: "Pod", node_to_status: NodeToStatus
+                        ) -> tuple[Optional[PostFilterResult], Status]:
+        """Stops at the first plugin that succeeds or errors; otherwise joins the rejection messages."""
+        reasons: list[str] = []
+        rejector = ""
+        result: Optional[PostFilterResult] = None
+        for p in self.points["postFilter"]:
+            r, st = p.post_filter(state, pod, node_to_status)
+            if st is None or st.is_success():
+                return r, Status(Code.SUCCESS, st.reasons if st else (), p.name)
+            if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                return r, st.with_plugin(p.name)
+            if not st.is_rejected():
+                return None, Status(Code.ERROR, st.reasons, p.name, st.error)
+            reasons.extend(st.reasons)
+            if not rejector:
+                rejector = p.name
+            if r is not None:
+                result = r
+        return result, Status(Code.UNSCHEDULABLE, tuple(reasons), rejector)
+
+    # ---- PreScore / Score ------------------------------------------------------------------
+    def run_pre_score(self, state: CycleState, pod: "Pod", snapshot: "Snapshot", nodes: np.ndarray) -> None:
+        skip: set[str] = set()
+        for p in self.points["preScore"]:
+            st = p.pre_score(state, pod, snapshot, nodes)
+            if st is not None and st.code == Code.SKIP:
+                skip.add(p.name)
+            elif st is not None and st.code != Code.SUCCESS:
+                state.skip_score_plugins = skip
+                raise PluginError(Status(Code.ERROR, (f'running PreScore plugin "{p.name}": {st.message()}',),
+                                         p.name, st.error))
+        state.skip_score_plugins = skip
+
+    def run_score(self, state: CycleState, pod: "Pod", snapshot: "Snapshot", nodes: np.ndarray
+                  ) -> dict[str, np.ndarray]:
+        """Normalized, weighted scores per plugin that ran: plugin name -> int64 array aligned with nodes."""
+        out: dict[str, np.ndarray] = {}
+        for p in self.points["score"]:
+            if p.name in state.skip_score_plugins:
+                continue
+            scores = np.asarray(p.score_nodes(state, pod, snapshot, nodes), dtype=np.int64)
+            if p.has_normalize:
+                st = p.normalize_score(state, pod, scores)
+                if st is not None and not st.is_success():
+                    raise PluginError(Status(Code.ERROR, (f'plugin "{p.name}" failed with: {st.message()}',), p.name))
+            if len(scores) and (scores.max() > MAX_NODE_SCORE or scores.min() < MIN_NODE_SCORE):
+                bad = int(scores.max() if scores.max() > MAX_NODE_SCORE else scores.min())
+                raise PluginError(Status(Code.ERROR, (
+                    f'plugin "{p.name}" returns an invalid score {bad}, it should in the range of '
+                    f'[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing',), p.name))
+            out[p.name] = scores * self.score_weights[p.name]
+        return out
+
+    # ---- Reserve / Permit / Bind -----------------------------------------------------------
+    def run_reserve(self, state: CycleState, pod: "Pod", node_name: str) -> Optional[Status]:
+        for p in self.points["reserve"]:
+            st = p.reserve(state, pod, node_name)
+            if st is not None and not st.is_success():
+                return st.with_plugin(p.name)
+        return None
+
+    def run_unreserve(self, state: CycleState, pod: "Pod", node_name: str) -> None:
+        for p in reversed(self.points["reserve"]):
+            p.unreserve(state, pod, node_name)
+
+    def run_permit(self, state: CycleState, pod: "Pod", node_name: str) -> tuple[Optional[Status], float]:
+        wait = 0.0
+        waiting = False
+        for p in self.points["permit"]:
+            st, timeout = p.permit(state, pod, node_name)
+            if st is None or st.is_success():
+                continue
+            if st.is_wait():
+                waiting = True
+                wait = max(wait, min(timeout, 15 * 60.0))
+                continue
+            return st.with_plugin(p.name), 0.0
+        return (Status(Code.WAIT, ("one or more plugins asked to wait",)), wait) if waiting else (None, 0.0)
+
+    def run_pre_bind(self, state: CycleState, pod: "Pod", node_name: str) -> Optional[Status]:
+        for p in self.points["preBind"]:
+            st = p.pre_bind(state, pod, node_name)
+            if st is not None and not st.is_success():
+                return st.with_plugin(p.name)
+        return None
+
+    def run_bind(self, state: CycleState, pod: "Pod", node_name: str) -> Status:
+        for p in self.points["bind"]:
+            st = p.bind(state, pod, node_name)
+            if st is not None and st.is_skip():
+                continue
+            return (st or Status()).with_plugin(p.name)
+        return Status(Code.SKIP)
+
+    def run_post_bind(self, state: CycleState, pod: "Pod", node_name: str) -> None:
+        for p in self.points["postBind"]:
+            p.post_bind(state, pod, node_name)
+
+
+def build_frameworks(profiles: Iterable[Profile], registry: Optional[Registry] = None) -> dict[str, Framework]:
+    """One framework per profile, keyed by schedulerName."""
+    out: dict[str, Framework] = {}
+    for prof in profiles:
+        if prof.scheduler_name in out:
+            raise ProfileError(f"duplicate profile with scheduler name {prof.scheduler_name!r}")
+        out[prof.scheduler_name] = Framework(prof, registry)
+    return out
