@@ -16,6 +16,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("explain", help="place pending pods on a cluster and show every decision")
     explain.add_arguments(p)
     p.set_defaults(func=explain.run)
+
+    from schedmesh.bench import cycle_bench
+    p = sub.add_parser("bench-cycle", help="benchmark one scheduling cycle per pod in this process (JSON)")
+    cycle_bench.add_arguments(p)
+    p.set_defaults(func=cycle_bench.main)
     return parser
 
 

@@ -66,6 +66,10 @@ class ClusterEvent:
             return True
         if not (self.action & incoming.action):
             return False
+        # An incoming event wider than the registration (e.g. a generic Node/Update against a
+        # Node/UpdateNodeLabel registration) does not match, as in kube's MatchClusterEvents.
+        if int(incoming.action) > int(self.action):
+            return False
         r, i = self.resource, incoming.resource
         if r == EventResource.WILDCARD or r == i:
             return True

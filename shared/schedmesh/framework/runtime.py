@@ -329,11 +329,21 @@ class Framework(Handle):
     def run_score(self, state: CycleState, pod: "Pod", snapshot: "Snapshot", nodes: np.ndarray
                   ) -> dict[str, np.ndarray]:
         """Normalized, weighted scores per plugin that ran: plugin name -> int64 array aligned with nodes."""
+        return self.normalize_and_weigh(state, pod, self.run_raw_score(state, pod, snapshot, nodes))
+
+    def run_raw_score(self, state: CycleState, pod: "Pod", snapshot: "Snapshot", nodes: np.ndarray
+                      ) -> dict[str, np.ndarray]:
+        """Score without normalisation: what a score shard computes for its nodes."""
+        return {p.name: np.asarray(p.score_nodes(state, pod, snapshot, nodes), dtype=np.int64)
+                for p in self.points["score"] if p.name not in state.skip_score_plugins}
+
+    def normalize_and_weigh(self, state: CycleState, pod: "Pod", raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """NormalizeScore over all feasible nodes, range check, then weights (kube's RunScorePlugins tail)."""
         out: dict[str, np.ndarray] = {}
         for p in self.points["score"]:
-            if p.name in state.skip_score_plugins:
+            if p.name not in raw:
                 continue
-            scores = np.asarray(p.score_nodes(state, pod, snapshot, nodes), dtype=np.int64)
+            scores = raw[p.name].copy()
             if p.has_normalize:
                 st = p.normalize_score(state, pod, scores)
                 if st is not None and not st.is_success():

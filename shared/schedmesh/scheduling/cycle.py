@@ -89,12 +89,26 @@ class ScheduleResult:
     diagnosis: Optional[Diagnosis] = None
 
 
+class LocalEvaluator:
+    """Runs Filter and Score in this process over the snapshot's columns."""
+
+    def filter(self, algo: "SchedulingAlgorithm", fw: Framework, state: CycleState, pod: "Pod",
+               snapshot: "Snapshot", ordered: np.ndarray, to_find: int, diagnosis: Diagnosis,
+               nominator: Optional[Nominator]) -> np.ndarray:
+        return algo.filter_in_order(fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
+
+    def raw_scores(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot",
+                   rows: np.ndarray) -> dict[str, np.ndarray]:
+        return fw.run_raw_score(state, pod, snapshot, rows)
+
+
 class SchedulingAlgorithm:
     """The per-scheduler state of schedule_one: where the next node search starts, how many
     nodes to find, extenders, and how ties are broken."""
 
     def __init__(self, percentage_of_nodes_to_score: int = DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE,
-                 extenders: Sequence = (), tie_break: str = "random", seed: Optional[int] = None) -> None:
+                 extenders: Sequence = (), tie_break: str = "random", seed: Optional[int] = None,
+                 evaluator: Optional[LocalEvaluator] = None) -> None:
         if tie_break not in ("random", "name"):
             raise ValueError(f"tie-break must be 'random' or 'name', not {tie_break!r}")
         self.percentage_of_nodes_to_score = percentage_of_nodes_to_score
@@ -102,6 +116,8 @@ class SchedulingAlgorithm:
         self.tie_break = tie_break
         self.rng = random.Random(seed)
         self.next_start_node_index = 0
+        # Where Filter and Score run: here, or fanned out to node shards (schedmesh.mesh).
+        self.evaluator = evaluator or LocalEvaluator()
 
     # ---- how many nodes -------------------------------------------------------------------
     def num_feasible_nodes_to_find(self, profile_percentage: Optional[int], num_all_nodes: int) -> int:
@@ -175,8 +191,10 @@ class SchedulingAlgorithm:
         if pre_res is not None and not pre_res.all_nodes():
             keep = [cols.index_of(n) for n in pre_res.node_names]
             rows = np.array(sorted(i for i in keep if i >= 0), np.int64)
+            # Nodes outside the PreFilter result carry the narrowing plugin(s)' rejection.
             diagnosis.node_to_status.absent = Status(
-                Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowing))}]",))
+                Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (f"node(s) didn't satisfy plugin(s) [{' '.join(sorted(narrowing))}]",),
+                ",".join(sorted(narrowing)))
         else:
             rows = all_rows
         n = len(rows)
@@ -194,13 +212,13 @@ class SchedulingAlgorithm:
         if not fw.has_filter_plugins():
             feasible = ordered[:to_find]
         else:
-            feasible = self._filter_in_order(fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
+            feasible = self.evaluator.filter(self, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
         processed = len(feasible) + len(diagnosis.node_to_status)
         self.next_start_node_index = (self.next_start_node_index + processed) % len(all_rows)
         feasible = self._run_extender_filters(pod, snapshot, feasible, diagnosis)
         return feasible, diagnosis
 
-    def _filter_in_order(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot",
+    def filter_in_order(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot",
                          ordered: np.ndarray, to_find: int, diagnosis: Diagnosis,
                          nominator: Optional[Nominator]) -> np.ndarray:
         """Filter nodes in `ordered` order until `to_find` pass; chunks keep NumPy busy while
@@ -297,7 +315,9 @@ class SchedulingAlgorithm:
         if not self.extenders and not fw.has_score_plugins():
             return {}, np.ones(len(rows), np.int64)
         fw.run_pre_score(state, pod, snapshot, rows)
-        plugin_scores = fw.run_score(state, pod, snapshot, rows)
+        # Normalisation needs every feasible node's raw score, so it happens here, after the
+        # (possibly sharded) raw scoring.
+        plugin_scores = fw.normalize_and_weigh(state, pod, self.evaluator.raw_scores(fw, state, pod, snapshot, rows))
         totals = np.zeros(len(rows), np.int64)
         for s in plugin_scores.values():
             totals += s

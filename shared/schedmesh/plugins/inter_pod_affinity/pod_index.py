@@ -1,0 +1,189 @@
+"""An index of the snapshot's pods by what inter-pod affinity matching depends on.
+
+Kube walks every pod of every node for each pod it schedules. Whether a term matches a pod
+depends only on the pod's namespace and labels (terms of the incoming pod) or only on the
+existing pod's terms (terms of existing pods). So pods are grouped by those, each group
+remembering on which nodes its pods run and how many. A cycle then matches each term once
+per group (Python) and adds the group's nodes into per-topology counts in bulk (NumPy).
+
+The index lives beside its snapshot and follows it incrementally: a node whose NodeInfo
+generation changed since the last sync is re-read, the rest is untouched. Term groups (pods
+with affinity terms) are always kept; label groups cover every pod and are built and kept
+only once a pod with terms of its own asks for them.
+"""
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from typing import Callable, Optional
+
+import numpy as np
+
+from schedmesh.api.types import ObjectMeta, Pod
+from schedmesh.cache.node_info import AffinityTerm, NodeInfo, WeightedAffinityTerm
+from schedmesh.cache.snapshot import Snapshot
+from schedmesh.plugins.inter_pod_affinity.terms import NsLabelsOf, matches_all
+
+# (namespace, labels as items). Equal label sets listed in another order make a second group
+# with the same match results, which is harmless and cheaper than normalising.
+LabelKey = tuple[str, tuple[tuple[str, str], ...]]
+AntiKey = tuple[AffinityTerm, ...]  # required anti-affinity terms
+# (required affinity, preferred affinity, preferred anti-affinity) terms
+AffinityKey = tuple[tuple[AffinityTerm, ...], tuple[WeightedAffinityTerm, ...], tuple[WeightedAffinityTerm, ...]]
+
+
+class Group:
+    """Pods that match alike: on which nodes they run, and how many on each."""
+
+    __slots__ = ("sample", "_on", "_cache")
+
+    def __init__(self, sample: object) -> None:
+        self.sample = sample  # a stand-in pod (label groups) or the terms (term groups)
+        self._on: dict[int, list] = {}  # id(NodeInfo) -> [NodeInfo, count]
+        self._cache: Optional[tuple[object, np.ndarray, np.ndarray]] = None
+
+    def change(self, ni: NodeInfo, delta: int) -> None:
+        entry = self._on.get(id(ni))
+        if entry is None:
+            self._on[id(ni)] = [ni, delta]
+        else:
+            entry[1] += delta
+            if entry[1] == 0:
+                del self._on[id(ni)]
+        self._cache = None
+
+    def empty(self) -> bool:
+        return not self._on
+
+    def placement(self, token: object) -> tuple[np.ndarray, np.ndarray]:
+        """(node rows, pod counts); rows are valid for the node list `token`."""
+        c = self._cache
+        if c is None or c[0] is not token:
+            n = len(self._on)
+            rows = np.fromiter((e[0].index for e in self._on.values()), np.int64, n)
+            counts = np.fromiter((e[1] for e in self._on.values()), np.int64, n)
+            c = self._cache = (token, rows, counts)
+        return c[1], c[2]
+
+
+def _stand_in(key: LabelKey) -> Pod:
+    """What AffinityTerm.matches reads of a pod: its namespace and labels."""
+    return Pod(ObjectMeta(name="", namespace=key[0], labels=dict(key[1])))
+
+
+def _same(key: object) -> object:
+    return key
+
+
+def _label_keys(ni: NodeInfo) -> tuple[Counter, ...]:
+    return (Counter([(p.pod.meta.namespace, tuple(p.pod.meta.labels.items())) for p in ni.pods]),)
+
+
+def _term_keys(ni: NodeInfo) -> tuple[Counter, ...]:
+    anti = Counter([tuple(p.required_anti_affinity_terms) for p in ni.pods_with_required_anti_affinity])
+    aff: Counter = Counter()
+    for p in ni.pods_with_affinity:
+        if p.required_affinity_terms or p.preferred_affinity_terms or p.preferred_anti_affinity_terms:
+            aff[(tuple(p.required_affinity_terms), tuple(p.preferred_affinity_terms),
+                 tuple(p.preferred_anti_affinity_terms))] += 1
+    return anti, aff
+
+
+class _Part:
+    """Groups built from a list of NodeInfos, kept in step with it by NodeInfo generation."""
+
+    def __init__(self, keys_of: Callable[[NodeInfo], tuple[Counter, ...]],
+                 targets: tuple[tuple[dict, Callable[[object], object]], ...]) -> None:
+        self._keys_of = keys_of
+        self._targets = targets  # one (groups by key, sample maker) per Counter of keys_of
+        self._source: object = None
+        self._gens: list[int] = []
+        self._tracked: dict[int, tuple[NodeInfo, int, tuple[Counter, ...]]] = {}
+
+    def sync(self, source: list[NodeInfo], gens: list[int]) -> None:
+        """Catch up with `source`, whose NodeInfo generations are `gens`."""
+        if source is self._source:
+            if gens != self._gens:
+                for i, (g, old) in enumerate(zip(gens, self._gens)):
+                    if g != old:
+                        self._reread(source[i])
+        else:
+            present = set()
+            for ni in source:
+                present.add(id(ni))
+                t = self._tracked.get(id(ni))
+                if t is None or t[0] is not ni or t[1] != ni.generation:
+                    self._reread(ni)
+            for k in [k for k in self._tracked if k not in present]:
+                t = self._tracked.pop(k)
+                self._apply(t[0], t[2], -1)
+            self._source = source
+        self._gens = gens
+
+    def _reread(self, ni: NodeInfo) -> None:
+        old = self._tracked.get(id(ni))
+        if old is not None:
+            self._apply(old[0], old[2], -1)
+        keys = self._keys_of(ni)
+        self._tracked[id(ni)] = (ni, ni.generation, keys)
+        self._apply(ni, keys, 1)
+
+    def _apply(self, ni: NodeInfo, keys: tuple[Counter, ...], sign: int) -> None:
+        for counts, (groups, sample_of) in zip(keys, self._targets):
+            for key, n in counts.items():
+                g = groups.get(key)
+                if g is None:
+                    g = groups[key] = Group(sample_of(key))
+                g.change(ni, sign * n)
+                if g.empty():
+                    del groups[key]
+
+
+class PodIndex:
+    """Groups of one snapshot's pods; `sync` brings them up to date."""
+
+    def __init__(self) -> None:
+        self.token: object = None  # the snapshot's node list that group rows refer to
+        self.by_labels: dict[LabelKey, Group] = {}
+        self.by_anti_terms: dict[AntiKey, Group] = {}
+        self.by_affinity_terms: dict[AffinityKey, Group] = {}
+        self._labels = _Part(_label_keys, ((self.by_labels, _stand_in),))
+        self._terms = _Part(_term_keys, ((self.by_anti_terms, _same), (self.by_affinity_terms, _same)))
+
+    def sync(self, snapshot: Snapshot, labels: bool) -> None:
+        """Term groups always (cheap: only pods with affinity are read); label groups, which
+        cover every pod, only when asked for."""
+        lst = snapshot.node_info_list
+        gens = [ni.generation for ni in lst]
+        self.token = lst
+        self._terms.sync(lst, gens)
+        if labels:
+            self._labels.sync(lst, gens)
+
+
+_INDEXES: "weakref.WeakKeyDictionary[Snapshot, PodIndex]" = weakref.WeakKeyDictionary()
+
+
+def pod_index(snapshot: Snapshot, *, labels: bool) -> PodIndex:
+    """This snapshot's index, up to date (label groups only when `labels`)."""
+    idx = _INDEXES.get(snapshot)
+    if idx is None:
+        idx = _INDEXES[snapshot] = PodIndex()
+    idx.sync(snapshot, labels)
+    return idx
+
+
+def label_groups_matching_all(index: PodIndex, terms: list[AffinityTerm], ns_labels_of: NsLabelsOf) -> list[Group]:
+    """Label groups whose pods match every one of the incoming pod's terms (none without terms)."""
+    if not terms:
+        return []
+    return [g for g in index.by_labels.values() if matches_all(terms, g.sample, ns_labels_of)]
+
+
+def concat_placement(groups: list[Group], token: object) -> tuple[np.ndarray, np.ndarray]:
+    if not groups:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    parts = [g.placement(token) for g in groups]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
