@@ -616,7 +616,13 @@ def load_text(text: str, source: str = "<input>") -> Manifests:
     """Parse YAML (one or more documents) or JSON text."""
     out = Manifests()
     try:
-        docs = list(yaml.safe_load_all(text))
+        if text.lstrip()[:1] in ("{", "["):  # JSON: the C parser is ~100x faster than PyYAML
+            try:
+                docs = [json.loads(text)]
+            except ValueError:
+                docs = list(yaml.safe_load_all(text))
+        else:
+            docs = list(yaml.safe_load_all(text))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"

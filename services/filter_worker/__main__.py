@@ -1,0 +1,3 @@
+from schedmesh.mesh.worker import main
+
+main("filter")

@@ -1,0 +1,1 @@
+"""The score-worker service: serves Score for one partition of the nodes (see docs/mesh.md)."""

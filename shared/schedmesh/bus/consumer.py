@@ -1,0 +1,354 @@
+"""EventConsumer: follow bus topics as an async iterator of :class:`Record`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Iterable
+from typing import Any, Self
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
+
+from schedmesh.bus.records import Record
+from schedmesh.bus.topics import TopicSpec, spec_for
+from schedmesh.bus.watch import (
+    BrokerState,
+    BrokerWatch,
+    BusError,
+    RestartCallback,
+    call_restart_callback,
+)
+from schedmesh.telemetry.propagation import extract_kafka_headers
+
+log = logging.getLogger(__name__)
+
+_TRANSIENT = (KafkaError, OSError, asyncio.TimeoutError, BusError)
+
+
+class EventConsumer:
+    """Reads ``topics`` and keeps following them; ``async for record in consumer``.
+
+    Modes:
+
+    * default (``group_id=None``): every partition of every topic is assigned to this
+      consumer (optionally only ``partitions``), no consumer group. With
+      ``from_beginning=True`` (default) the topics are replayed from offset 0 first: the
+      informer pattern. :meth:`catch_up` returns everything up to the end offsets seen
+      when it is called (the "list" phase); iterating afterwards is the "watch" phase.
+    * ``group_id`` set: Kafka consumer group (partitions shared among members, offsets
+      committed with :meth:`commit`; auto-commit is off). On Tansu, joining takes about
+      half the session timeout; pass ``session_timeout_ms``/``heartbeat_interval_ms``
+      in ``consumer_options`` to shorten it (Kafka itself requires >= 6000 ms).
+
+    Broker restarts: a background probe (every ``probe_interval`` s) compares the
+    broker's cluster id. When a memory-only broker restarted, the reader of this
+    consumer (``getmany`` / the iterator / ``catch_up``) re-creates the topics, drops the
+    underlying aiokafka consumer, opens a new one that reads the new (empty) topics from
+    offset 0, increments ``restart_count`` and calls ``on_restart`` - before returning
+    any record of the new broker, except for records read in the short window before the
+    probe noticed (those are delivered again afterwards: expect duplicates, never
+    loss). ``Record.epoch`` tells which broker lifetime a record came from.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topics: Iterable[str | TopicSpec],
+        *,
+        from_beginning: bool = True,
+        group_id: str | None = None,
+        partitions: Iterable[int] | None = None,
+        client_id: str = "schedmesh-consumer",
+        on_restart: RestartCallback | None = None,
+        probe_interval: float | None = 0.5,
+        poll_interval: float = 0.2,
+        **consumer_options: Any,
+    ) -> None:
+        self._bootstrap = bootstrap_servers
+        self._specs = [spec_for(t) for t in topics]
+        if not self._specs:
+            raise ValueError("EventConsumer needs at least one topic")
+        self._topics = tuple(s.name for s in self._specs)
+        self._from_beginning = from_beginning
+        self._group_id = group_id
+        self._only_partitions = frozenset(partitions) if partitions is not None else None
+        if group_id is not None and self._only_partitions is not None:
+            raise ValueError("partitions= cannot be combined with group_id=")
+        self._client_id = client_id
+        self._on_restart = on_restart
+        self._probe_interval = probe_interval
+        self._poll_interval = poll_interval
+        self._options = {"request_timeout_ms": 5000, **consumer_options}
+        self._watch = BrokerWatch(bootstrap_servers, client_id=f"{client_id}-watch")
+        self._consumer: AIOKafkaConsumer | None = None
+        self._monitor: asyncio.Task[None] | None = None
+        self._buffer: deque[Record] = deque()
+        self._delivered: dict[TopicPartition, int] = {}
+        self._restart_pending = False
+        self._down = False
+        self._restart_count = 0
+        self._stopped = False
+        self._open_timeout = 30.0
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return self._topics
+
+    @property
+    def restart_count(self) -> int:
+        """How many broker restarts (data loss) this consumer has handled."""
+        return self._restart_count
+
+    @property
+    def cluster_id(self) -> str | None:
+        return self._watch.cluster_id
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return frozenset(self._consumer.assignment()) if self._consumer is not None else frozenset()
+
+    async def start(self, timeout: float = 30.0) -> Self:
+        self._open_timeout = timeout
+        self._stopped = False
+        await self._watch.wait_until_up(timeout)
+        await self._watch.ensure_topics(self._specs)
+        await self._open(from_beginning=self._from_beginning)
+        if self._probe_interval:
+            self._monitor = asyncio.create_task(self._watch_broker(), name="schedmesh-consumer-watch")
+        return self
+
+    async def stop(self) -> None:
+        self._stopped = True
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._monitor
+            self._monitor = None
+        consumer, self._consumer = self._consumer, None
+        await self._close(consumer)
+        await self._watch.close()
+        self._buffer.clear()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def _open(self, *, from_beginning: bool) -> None:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self._bootstrap,
+            client_id=self._client_id,
+            group_id=self._group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest" if from_beginning else "latest",
+            **self._options,
+        )
+        if self._group_id is not None:
+            consumer.subscribe(list(self._topics))
+            await consumer.start()
+            self._consumer = consumer
+            return
+        await consumer.start()
+        try:
+            assignment = await self._manual_assignment()
+            consumer.assign(assignment)
+            if from_beginning:
+                await consumer.seek_to_beginning(*assignment)
+            else:
+                await consumer.seek_to_end(*assignment)
+        except BaseException:
+            await self._close(consumer)
+            raise
+        self._consumer = consumer
+
+    async def _manual_assignment(self) -> list[TopicPartition]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._open_timeout
+        assignment: list[TopicPartition] = []
+        for topic in self._topics:
+            while not (ids := await self._watch.partitions(topic)):
+                if loop.time() > deadline:
+                    raise BusError(f"topic {topic} has no partitions in the metadata")
+                await asyncio.sleep(0.05)
+            assignment += [
+                TopicPartition(topic, p)
+                for p in ids
+                if self._only_partitions is None or p in self._only_partitions
+            ]
+        if not assignment:
+            raise BusError(f"no partitions to read for {self._topics} (partitions={self._only_partitions})")
+        return assignment
+
+    @staticmethod
+    async def _close(consumer: AIOKafkaConsumer | None) -> None:
+        if consumer is None:
+            return
+        try:
+            await asyncio.wait_for(consumer.stop(), 5.0)
+        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            log.warning("consumer stop: %r", exc)
+
+    # ------------------------------------------------------------------ reading
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Record:
+        while not self._buffer:
+            if self._stopped:
+                raise StopAsyncIteration
+            self._buffer.extend(await self._fetch(self._poll_interval, None))
+        return self._deliver(self._buffer.popleft())
+
+    async def getmany(self, timeout: float = 1.0, max_records: int | None = None) -> list[Record]:
+        """The records available within ``timeout`` seconds (maybe none)."""
+        if not self._buffer:
+            self._buffer.extend(await self._fetch(timeout, max_records))
+        count = len(self._buffer) if max_records is None else min(max_records, len(self._buffer))
+        return [self._deliver(self._buffer.popleft()) for _ in range(count)]
+
+    async def catch_up(self, timeout: float = 30.0) -> list[Record]:
+        """Read until every assigned partition reaches the end offset it had when called.
+
+        If the broker restarts meanwhile, the records of the lost broker are dropped and
+        the catch-up starts over on the new one.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        out: list[Record] = []
+        epoch = self._restart_count
+        while True:
+            await self._handle_restart_if_pending()
+            if epoch != self._restart_count:  # records of the lost broker are void
+                out.clear()
+                epoch = self._restart_count
+            consumer = self._consumer
+            if consumer is None or self._down or not consumer.assignment():
+                if loop.time() > deadline:
+                    raise BusError("catch_up timed out waiting for the broker / an assignment")
+                await asyncio.sleep(self._poll_interval)
+                continue
+            try:
+                ends = await consumer.end_offsets(list(consumer.assignment()))
+            except _TRANSIENT:
+                await asyncio.sleep(self._poll_interval)
+                continue
+            out += [self._deliver(r) for r in self._drain_buffer()]
+            while epoch == self._restart_count and consumer is self._consumer:
+                behind = await self._behind(consumer, ends)
+                if behind is None:
+                    break  # assignment changed under us (rebalance): new end offsets
+                if not behind:
+                    return out
+                if loop.time() > deadline:
+                    raise BusError(f"catch_up timed out; still behind on {behind}")
+                out += await self.getmany(self._poll_interval)
+
+    @staticmethod
+    async def _behind(
+        consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]
+    ) -> list[TopicPartition] | None:
+        """Partitions whose position (next offset to hand out) is before ``ends``."""
+        try:
+            return [tp for tp, end in ends.items() if await consumer.position(tp) < end]
+        except Exception:  # noqa: BLE001 - e.g. IllegalStateError: partition not assigned now
+            return None
+
+    def _drain_buffer(self) -> list[Record]:
+        items = list(self._buffer)
+        self._buffer.clear()
+        return items
+
+    def _deliver(self, record: Record) -> Record:
+        self._delivered[TopicPartition(record.topic, record.partition)] = record.offset + 1
+        return record
+
+    async def _fetch(self, timeout: float, max_records: int | None) -> list[Record]:
+        await self._handle_restart_if_pending()
+        consumer = self._consumer
+        if consumer is None or self._down:
+            await asyncio.sleep(min(timeout, self._poll_interval))
+            return []
+        try:
+            batches = await consumer.getmany(timeout_ms=int(timeout * 1000), max_records=max_records)
+        except _TRANSIENT as exc:
+            log.debug("fetch failed: %r", exc)
+            await asyncio.sleep(self._poll_interval)
+            return []
+        epoch = self._restart_count
+        return [self._to_record(m, epoch) for msgs in batches.values() for m in msgs]
+
+    @staticmethod
+    def _to_record(msg: ConsumerRecord[bytes, bytes], epoch: int) -> Record:
+        headers = tuple((k, v if v is not None else b"") for k, v in (msg.headers or ()))
+        return Record(
+            topic=msg.topic,
+            partition=msg.partition,
+            offset=msg.offset,
+            key=msg.key,
+            value=msg.value,
+            headers=headers,
+            timestamp_ms=msg.timestamp,
+            epoch=epoch,
+            context=extract_kafka_headers(headers),
+        )
+
+    async def rewind(self) -> None:
+        """Replay the assigned partitions from the beginning (e.g. to rebuild a cache)."""
+        if self._consumer is None:
+            raise BusError("EventConsumer not started")
+        self._buffer.clear()
+        assignment = list(self._consumer.assignment())
+        await self._consumer.seek_to_beginning(*assignment)
+        for tp in assignment:
+            self._delivered.pop(tp, None)
+
+    async def commit(self) -> None:
+        """Commit the offsets of the records handed out so far (group mode only)."""
+        if self._group_id is None:
+            raise BusError("commit() needs group_id")
+        if self._consumer is None:
+            raise BusError("EventConsumer not started")
+        offsets = {tp: off for tp, off in self._delivered.items() if tp in self._consumer.assignment()}
+        if offsets:
+            await self._consumer.commit(offsets)
+
+    # ------------------------------------------------------------------ restarts
+    async def _handle_restart_if_pending(self) -> None:
+        if not self._restart_pending or self._stopped:
+            return
+        try:
+            await self._watch.ensure_topics(self._specs)
+        except _TRANSIENT as exc:
+            log.debug("re-creating topics failed, will retry: %r", exc)
+            return
+        old, self._consumer = self._consumer, None
+        await self._close(old)
+        self._buffer.clear()
+        self._delivered.clear()
+        try:
+            # the new broker's topics hold only new records: read all of them
+            await self._open(from_beginning=True)
+        except _TRANSIENT as exc:
+            log.warning("re-opening consumer after broker restart failed, will retry: %r", exc)
+            return
+        self._restart_pending = False
+        self._restart_count += 1
+        log.info("consumer of %s resumed on the restarted broker", self._topics)
+        await call_restart_callback(self._on_restart, "EventConsumer")
+
+    async def _watch_broker(self) -> None:
+        assert self._probe_interval
+        while True:
+            await asyncio.sleep(self._probe_interval)
+            state = await self._watch.probe(self._topics)
+            if state is BrokerState.DOWN:
+                self._down = True
+            elif state is BrokerState.RESTARTED:
+                self._down = False
+                self._restart_pending = True
+            else:
+                self._down = False

@@ -1,0 +1,308 @@
+"""EventProducer: publish bytes to the bus with trace context in the record headers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Self
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError, KafkaTimeoutError, UnknownError
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, TracerProvider
+
+from schedmesh.bus.records import Sent
+from schedmesh.bus.topics import ALL_TOPICS, TopicSpec, spec_for
+from schedmesh.bus.watch import (
+    BrokerState,
+    BrokerWatch,
+    BusError,
+    RestartCallback,
+    call_restart_callback,
+)
+from schedmesh.telemetry.propagation import inject_kafka_headers
+
+log = logging.getLogger(__name__)
+
+
+def _retriable(exc: BaseException) -> bool:
+    # UnknownError: what Tansu answers to the first produce into a partition that got an
+    # orphan record while its topic did not exist (see schedmesh.broker).
+    if isinstance(exc, (UnknownError, KafkaTimeoutError, asyncio.TimeoutError)):
+        return True
+    return isinstance(exc, KafkaError) and bool(getattr(exc, "retriable", False))
+
+
+@dataclass(frozen=True, slots=True)
+class _Unconfirmed:
+    """A send acknowledged by *a* broker that no later probe has vouched for yet."""
+
+    seq: int
+    topic: str
+    value: bytes | None
+    key: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    partition: int | None
+    timestamp_ms: int | None
+
+
+class EventProducer:
+    """Async producer of bus records (values are bytes; encoding is the caller's).
+
+    * ``start()`` waits for the broker and creates ``topics`` (idempotent).
+    * ``send()`` injects the current OpenTelemetry context as ``traceparent`` /
+      ``tracestate`` headers. Inside an active trace it also records a PRODUCER span
+      ``publish <topic>`` (``trace_sends=False`` turns that off), so the consumer side
+      becomes its child. Retriable failures are retried until ``send_timeout``.
+    * A background probe (every ``probe_interval`` seconds) notices broker restarts:
+      sends wait while the broker is down; after a restart of a memory-only broker the
+      topics are created again, ``restart_count`` grows and ``on_restart`` is called
+      (re-publish what you own there).
+    * Sends acknowledged since the last probe that confirmed the broker's identity are
+      kept (at most ``max_unconfirmed``) and sent again after a restart: a record sent
+      in the moment between the broker coming back and the probe noticing would
+      otherwise be lost (Tansu accepts it into a topic that no longer exists). This can
+      duplicate such a record; consumers must treat records as idempotent upserts.
+
+    Options in ``producer_options`` go to :class:`aiokafka.AIOKafkaProducer`. Do not
+    enable idempotence or transactions against Tansu (unsupported there).
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        topics: Iterable[str | TopicSpec] = ALL_TOPICS,
+        client_id: str = "schedmesh-producer",
+        on_restart: RestartCallback | None = None,
+        probe_interval: float | None = 0.5,
+        send_timeout: float = 15.0,
+        tracer_provider: TracerProvider | None = None,
+        trace_sends: bool = True,
+        max_unconfirmed: int = 10_000,
+        **producer_options: Any,
+    ) -> None:
+        self._bootstrap = bootstrap_servers
+        self._specs: dict[str, TopicSpec] = {s.name: s for s in map(spec_for, topics)}
+        self._client_id = client_id
+        self._on_restart = on_restart
+        self._probe_interval = probe_interval
+        self._send_timeout = send_timeout
+        self._tracer = trace.get_tracer("schedmesh.bus", tracer_provider=tracer_provider)
+        self._trace_sends = trace_sends
+        self._options = {"request_timeout_ms": 5000, **producer_options}
+        self._watch = BrokerWatch(bootstrap_servers, client_id=f"{client_id}-watch")
+        self._producer: AIOKafkaProducer | None = None
+        self._monitor: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._restart_count = 0
+        self._seq = 0
+        self._unconfirmed: deque[_Unconfirmed] = deque(maxlen=max_unconfirmed)
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def restart_count(self) -> int:
+        """How many broker restarts (data loss) this producer has handled."""
+        return self._restart_count
+
+    @property
+    def cluster_id(self) -> str | None:
+        return self._watch.cluster_id
+
+    async def start(self, timeout: float = 30.0) -> Self:
+        await self._watch.wait_until_up(timeout)
+        await self._watch.ensure_topics(self._specs.values())
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self._bootstrap, client_id=self._client_id, **self._options
+        )
+        await producer.start()
+        self._producer = producer
+        self._ready.set()
+        if self._probe_interval:
+            self._monitor = asyncio.create_task(self._watch_broker(), name="schedmesh-producer-watch")
+        return self
+
+    async def stop(self) -> None:
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._monitor
+            self._monitor = None
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                await asyncio.wait_for(producer.stop(), 10.0)
+            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+                log.warning("producer stop: %r", exc)
+        await self._watch.close()
+        self._ready.clear()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def ensure_topics(self, topics: Iterable[str | TopicSpec] | None = None) -> list[str]:
+        """Create missing topics (default: this producer's); they are then also re-created
+        after a broker restart. Returns the names actually created."""
+        specs = list(self._specs.values()) if topics is None else [spec_for(t) for t in topics]
+        for spec in specs:
+            self._specs.setdefault(spec.name, spec)
+        return await self._watch.ensure_topics(specs)
+
+    # ------------------------------------------------------------------ sending
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | str | None = None,
+        headers: Iterable[tuple[str, bytes]] = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Sent:
+        """Publish one record and wait for the broker's acknowledgement."""
+        producer = self._producer
+        if producer is None:
+            raise BusError("EventProducer not started")
+        key_bytes = key.encode("utf-8") if isinstance(key, str) else key
+        with self._publish_span(topic, key_bytes) as span:
+            carrier = tuple(inject_kafka_headers(headers))
+            pending = _Unconfirmed(0, topic, value, key_bytes, carrier, partition, timestamp_ms)
+            meta = await self._send_with_retry(producer, pending)
+            if span is not None:
+                span.set_attribute("messaging.destination.partition.id", str(meta.partition))
+                span.set_attribute("messaging.kafka.message.offset", meta.offset)
+        self._seq += 1
+        self._unconfirmed.append(replace(pending, seq=self._seq))
+        return Sent(meta.topic, meta.partition, meta.offset, meta.timestamp)
+
+    async def _send_with_retry(
+        self, producer: AIOKafkaProducer, item: _Unconfirmed, *, gated: bool = True
+    ) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._send_timeout
+        attempt = 0
+        while True:
+            if gated:
+                await self._wait_ready(deadline, item.topic)
+            self._inflight += 1
+            self._idle.clear()
+            try:
+                return await asyncio.wait_for(
+                    producer.send_and_wait(
+                        item.topic,
+                        item.value,
+                        key=item.key,
+                        partition=item.partition,
+                        headers=list(item.headers),
+                        timestamp_ms=item.timestamp_ms,
+                    ),
+                    timeout=max(0.1, deadline - loop.time()),
+                )
+            except (KafkaError, asyncio.TimeoutError) as exc:
+                if not _retriable(exc):
+                    raise
+                if loop.time() >= deadline:
+                    raise BusError(
+                        f"send to {item.topic} failed after {attempt + 1} attempts: {exc!r}"
+                    ) from exc
+            finally:
+                self._inflight -= 1
+                if self._inflight == 0:
+                    self._idle.set()
+            attempt += 1
+            log.debug("send to %s failed; retry %d", item.topic, attempt)
+            self._wake.set()
+            await asyncio.sleep(min(0.05 * 2**attempt, 0.5))
+
+    async def flush(self) -> None:
+        if self._producer is not None:
+            await self._producer.flush()
+
+    @contextlib.contextmanager
+    def _publish_span(self, topic: str, key: bytes | None) -> Iterator[Span | None]:
+        if not (self._trace_sends and trace.get_current_span().get_span_context().is_valid):
+            yield None
+            return
+        attributes: dict[str, str] = {
+            "messaging.system": "kafka",
+            "messaging.operation": "publish",
+            "messaging.destination.name": topic,
+        }
+        if key is not None:
+            attributes["messaging.kafka.message.key"] = key.decode("utf-8", "replace")
+        with self._tracer.start_as_current_span(
+            f"publish {topic}", kind=SpanKind.PRODUCER, attributes=attributes
+        ) as span:
+            yield span
+
+    async def _wait_ready(self, deadline: float, topic: str) -> None:
+        if self._ready.is_set():
+            return
+        remaining = deadline - asyncio.get_running_loop().time()
+        try:
+            await asyncio.wait_for(self._ready.wait(), max(remaining, 0.0))
+        except asyncio.TimeoutError:
+            raise BusError(f"broker {self._bootstrap} unavailable; send to {topic} timed out") from None
+
+    # ------------------------------------------------------------------ restarts
+    async def _watch_broker(self) -> None:
+        assert self._probe_interval
+        restart_pending = False
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._probe_interval)
+            self._wake.clear()
+            seq_before_probe = self._seq
+            state = await self._watch.probe(tuple(self._specs))
+            if state is BrokerState.DOWN:
+                self._ready.clear()
+                continue
+            if state is BrokerState.RESTARTED:
+                restart_pending = True
+                self._ready.clear()
+            if not restart_pending:
+                # same broker as before: everything acknowledged before the probe is safe
+                while self._unconfirmed and self._unconfirmed[0].seq <= seq_before_probe:
+                    self._unconfirmed.popleft()
+                self._ready.set()
+                continue
+            try:
+                await self._watch.ensure_topics(self._specs.values())
+                await self._resend_unconfirmed()
+            except (KafkaError, OSError, asyncio.TimeoutError, BusError) as exc:
+                log.warning("recovering from a broker restart failed, will retry: %r", exc)
+                continue
+            restart_pending = False
+            self._restart_count += 1
+            self._ready.set()
+            await call_restart_callback(self._on_restart, "EventProducer")
+
+    async def _resend_unconfirmed(self) -> None:
+        """Send again, in order, what no probe confirmed before the restart.
+
+        New sends are held back (``_ready`` is clear) so a re-sent older record never
+        lands after a newer one for the same key; sends already on the wire are waited
+        for first, so they are part of the batch. The re-sent records stay unconfirmed
+        until the next probe vouches for the new broker.
+        """
+        producer = self._producer
+        if producer is None:
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), self._send_timeout)
+        items = list(self._unconfirmed)
+        if items:
+            log.info("re-sending %d record(s) sent around the broker restart", len(items))
+        for item in items:
+            await self._send_with_retry(producer, item, gated=False)

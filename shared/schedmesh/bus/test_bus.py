@@ -1,0 +1,384 @@
+"""Tests of the event bus against a real broker (no mocks).
+
+Default: the embedded Tansu broker. ``SCHEDMESH_TEST_KAFKA=testcontainers`` runs the
+same tests against Apache Kafka (KRaft) in Docker via testcontainers, and skips them
+when no Docker engine is reachable. Restart tests need the embedded broker (they stop
+and start it on the same port) and are skipped on Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from schedmesh.broker import EmbeddedBroker
+from schedmesh.bus import EventConsumer, EventProducer, Record, TopicSpec
+from schedmesh.bus.topics import DEFAULT_PARTITIONS
+from schedmesh.bus.watch import BrokerWatch
+
+pytestmark = pytest.mark.timeout(90)
+
+BACKEND = os.environ.get("SCHEDMESH_TEST_KAFKA", "embedded").strip().lower() or "embedded"
+
+
+@dataclass(frozen=True)
+class KafkaTarget:
+    bootstrap_servers: str
+    kind: str  # "embedded" | "kafka"
+
+
+def _start_kafka_container() -> Iterator[KafkaTarget]:
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means: no usable engine
+        pytest.skip(f"SCHEDMESH_TEST_KAFKA=testcontainers but no Docker engine: {exc}")
+    try:
+        from testcontainers.community.kafka import KafkaContainer
+    except ImportError:  # older testcontainers
+        from testcontainers.kafka import KafkaContainer
+    container = KafkaContainer().with_kraft()
+    container.start()
+    try:
+        yield KafkaTarget(container.get_bootstrap_server(), "kafka")
+    finally:
+        container.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[KafkaTarget]:
+    if BACKEND == "testcontainers":
+        yield from _start_kafka_container()
+    elif BACKEND == "embedded":
+        with EmbeddedBroker() as broker:
+            yield KafkaTarget(broker.bootstrap_servers, "embedded")
+    else:
+        pytest.fail(f"unknown SCHEDMESH_TEST_KAFKA={BACKEND!r} (embedded | testcontainers)")
+
+
+@pytest.fixture
+def own_broker() -> Iterator[EmbeddedBroker]:
+    """A private embedded broker that a test may stop and restart."""
+    if BACKEND != "embedded":
+        pytest.skip("restart tests stop/start the embedded memory-only broker")
+    with EmbeddedBroker() as broker:
+        yield broker
+
+
+@pytest.fixture
+def topic() -> TopicSpec:
+    return TopicSpec(f"test.{uuid.uuid4().hex[:10]}", partitions=3)
+
+
+@pytest.fixture
+def default_topic() -> TopicSpec:
+    """A topic with the bus default partition count (what Tansu auto-creates)."""
+    return TopicSpec(f"test.{uuid.uuid4().hex[:10]}")
+
+
+@pytest.fixture
+def spans() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+async def _collect(consumer: EventConsumer, count: int, timeout: float = 10) -> list[Record]:
+    out: list[Record] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < count:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(f"got {len(out)} of {count} records: {out}")
+        out += await consumer.getmany(timeout=min(0.5, remaining))
+    return out
+
+
+# --------------------------------------------------------------------------- basics
+async def test_produce_consume_keys_values_headers(kafka: KafkaTarget, topic: TopicSpec) -> None:
+    async with EventProducer(kafka.bootstrap_servers, topics=[topic]) as producer:
+        sent = [
+            await producer.send(topic.name, b"v1", key="pod-a", headers=[("kind", b"Pod")]),
+            await producer.send(topic.name, b"v2", key=b"pod-b"),
+            await producer.send(topic.name, b"v3", key="pod-a", headers=[("a", b"1"), ("b", b"")]),
+            await producer.send(topic.name, None, key="pod-b"),  # tombstone
+            await producer.send(topic.name, b"no-key"),
+        ]
+        assert [s.topic for s in sent] == [topic.name] * 5
+        async with EventConsumer(kafka.bootstrap_servers, [topic]) as consumer:
+            records = await consumer.catch_up(timeout=15)
+
+    assert len(records) == 5
+    by_value = {r.value: r for r in records}
+    assert by_value[b"v1"].key == b"pod-a" and by_value[b"v1"].key_str == "pod-a"
+    assert by_value[b"v1"].headers == (("kind", b"Pod"),)
+    assert by_value[b"v1"].header("kind") == b"Pod"
+    assert by_value[b"v3"].headers == (("a", b"1"), ("b", b""))
+    assert by_value[b"no-key"].key is None
+    [tombstone] = [r for r in records if r.value is None]
+    assert tombstone.key == b"pod-b" and tombstone.is_tombstone
+    # no active span: no trace headers, empty context
+    assert all(r.header("traceparent") is None for r in records)
+    assert not trace.get_current_span(records[0].context).get_span_context().is_valid
+    # one key -> one partition, in order; offsets/partitions match what send() reported
+    for key in (b"pod-a", b"pod-b"):
+        mine = [r for r in records if r.key == key]
+        assert len({r.partition for r in mine}) == 1
+        assert [r.offset for r in mine] == sorted(r.offset for r in mine)
+    assert {(s.partition, s.offset) for s in sent} == {(r.partition, r.offset) for r in records}
+
+
+async def test_ensure_topics_is_idempotent(kafka: KafkaTarget, topic: TopicSpec) -> None:
+    async with EventProducer(kafka.bootstrap_servers, topics=[]) as producer:
+        assert await producer.ensure_topics([topic]) == [topic.name]
+        assert await producer.ensure_topics([topic]) == []
+        assert await producer.ensure_topics() == []  # now one of the producer's topics
+    watch = BrokerWatch(kafka.bootstrap_servers)
+    try:
+        assert await watch.partitions(topic.name) == [0, 1, 2]
+    finally:
+        await watch.close()
+
+
+async def test_replay_from_beginning_rebuilds_cache_then_follows(
+    kafka: KafkaTarget, topic: TopicSpec
+) -> None:
+    """The informer pattern: list (replay) then watch (follow)."""
+    async with EventProducer(kafka.bootstrap_servers, topics=[topic]) as producer:
+        for version in range(3):
+            for node in ("n1", "n2", "n3", "n4"):
+                await producer.send(topic.name, f"{node}@{version}".encode(), key=node)
+        await producer.send(topic.name, None, key="n4")  # deleted
+
+        cache: dict[bytes, bytes] = {}
+
+        def apply(record: Record) -> None:
+            assert record.key is not None
+            if record.value is None:
+                cache.pop(record.key, None)
+            else:
+                cache[record.key] = record.value
+
+        async with EventConsumer(kafka.bootstrap_servers, [topic]) as informer:
+            for record in await informer.catch_up(timeout=15):
+                apply(record)
+            assert cache == {b"n1": b"n1@2", b"n2": b"n2@2", b"n3": b"n3@2"}
+            assert await informer.catch_up(timeout=5) == []  # nothing new
+
+            async with EventConsumer(
+                kafka.bootstrap_servers, [topic], from_beginning=False
+            ) as tail:
+                await producer.send(topic.name, b"n1@3", key="n1")
+                await producer.send(topic.name, b"n5@0", key="n5")
+                for record in await _collect(informer, 2):
+                    apply(record)
+                assert cache[b"n1"] == b"n1@3" and cache[b"n5"] == b"n5@0"
+                # the tail-only consumer sees just the new records
+                assert {r.value for r in await _collect(tail, 2)} == {b"n1@3", b"n5@0"}
+
+            await informer.rewind()
+            assert len(await informer.catch_up(timeout=15)) == 15
+
+        # async iteration API
+        async with EventConsumer(kafka.bootstrap_servers, [topic]) as again:
+            seen = []
+            async for record in again:
+                seen.append(record)
+                if len(seen) == 15:
+                    break
+            assert [r.value for r in seen if r.key == b"n1"] == [b"n1@0", b"n1@1", b"n1@2", b"n1@3"]
+
+
+async def test_partition_subset(kafka: KafkaTarget, topic: TopicSpec) -> None:
+    async with EventProducer(kafka.bootstrap_servers, topics=[topic]) as producer:
+        sent = [await producer.send(topic.name, str(i).encode(), key=str(i)) for i in range(12)]
+    expected = {s.offset for s in sent if s.partition == 1}
+    async with EventConsumer(kafka.bootstrap_servers, [topic], partitions=[1]) as consumer:
+        records = await consumer.catch_up(timeout=15)
+    assert {r.partition for r in records} == {1}
+    assert {r.offset for r in records} == expected
+
+
+async def test_trace_context_travels_in_headers(
+    kafka: KafkaTarget, topic: TopicSpec, spans: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = spans
+    tracer = provider.get_tracer("test")
+    async with EventProducer(
+        kafka.bootstrap_servers, topics=[topic], tracer_provider=provider
+    ) as producer:
+        with tracer.start_as_current_span("schedule pod") as root:
+            await producer.send(topic.name, b"pod", key="uid-1", headers=[("x", b"y")])
+        async with EventConsumer(kafka.bootstrap_servers, [topic]) as consumer:
+            [record] = await consumer.catch_up(timeout=15)
+
+    assert record.header("traceparent") is not None
+    assert record.header("x") == b"y"
+    [publish] = [s for s in exporter.get_finished_spans() if s.name == f"publish {topic.name}"]
+    assert publish.kind is trace.SpanKind.PRODUCER
+    assert publish.parent is not None and publish.parent.span_id == root.get_span_context().span_id
+    assert publish.attributes["messaging.destination.name"] == topic.name
+
+    remote = trace.get_current_span(record.context).get_span_context()
+    assert remote.is_remote
+    assert remote.trace_id == root.get_span_context().trace_id
+    assert remote.span_id == publish.context.span_id
+
+    # the consumer continues the same trace
+    with tracer.start_as_current_span("handle", context=record.context, kind=trace.SpanKind.CONSUMER):
+        pass
+    [handle] = [s for s in exporter.get_finished_spans() if s.name == "handle"]
+    assert handle.context.trace_id == root.get_span_context().trace_id
+    assert handle.parent is not None and handle.parent.span_id == publish.context.span_id
+
+
+async def test_consumer_group_commits_offsets(kafka: KafkaTarget, topic: TopicSpec) -> None:
+    # Tansu answers JoinGroup after ~half the session timeout; Kafka needs >= 6 s.
+    timing = (
+        {"session_timeout_ms": 1000, "heartbeat_interval_ms": 100}
+        if kafka.kind == "embedded"
+        else {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}
+    )
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    async with EventProducer(kafka.bootstrap_servers, topics=[topic]) as producer:
+        for i in range(5):
+            await producer.send(topic.name, f"first-{i}".encode(), key=str(i))
+        async with EventConsumer(
+            kafka.bootstrap_servers, [topic], group_id=group, **timing
+        ) as member:
+            first = await member.catch_up(timeout=30)
+            assert sorted(r.value for r in first) == [f"first-{i}".encode() for i in range(5)]
+            await member.commit()
+        await producer.send(topic.name, b"second", key="0")
+        async with EventConsumer(
+            kafka.bootstrap_servers, [topic], group_id=group, **timing
+        ) as member:
+            again = await member.catch_up(timeout=30)
+    assert [r.value for r in again] == [b"second"]
+
+
+# --------------------------------------------------------------------------- restarts
+async def _read_into(consumer: EventConsumer, sink: list[Record]) -> None:
+    async for record in consumer:
+        sink.append(record)
+
+
+async def _eventually(predicate, timeout: float = 10.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        await asyncio.sleep(0.02)
+
+
+async def test_broker_restart_consumer_reconnects_and_callbacks_fire(
+    own_broker: EmbeddedBroker, default_topic: TopicSpec
+) -> None:
+    topic = default_topic
+    fired: list[str] = []
+
+    async def producer_restarted() -> None:  # async callbacks are awaited
+        fired.append("producer")
+
+    bootstrap = own_broker.bootstrap_servers
+    received: list[Record] = []
+    async with EventProducer(
+        bootstrap, topics=[topic], on_restart=producer_restarted, probe_interval=0.2
+    ) as producer, EventConsumer(
+        bootstrap, [topic], on_restart=lambda: fired.append("consumer"), probe_interval=0.2
+    ) as consumer:
+        reader = asyncio.create_task(_read_into(consumer, received))
+        try:
+            for i in range(3):
+                await producer.send(topic.name, f"before-{i}".encode(), key=f"k{i}")
+            await _eventually(lambda: len(received) >= 3, what="records before the restart")
+            first_cluster = producer.cluster_id
+
+            own_broker.stop()
+            own_broker.start()  # same port, new cluster id, no topics
+
+            await _eventually(
+                lambda: {"producer", "consumer"} <= set(fired), what=f"restart callbacks ({fired})"
+            )
+            assert producer.restart_count == 1 and consumer.restart_count == 1
+            assert producer.cluster_id == consumer.cluster_id == own_broker.cluster_id != first_cluster
+
+            for i in range(3):
+                await producer.send(topic.name, f"after-{i}".encode(), key=f"k{i}")
+            await _eventually(
+                lambda: {b"after-0", b"after-1", b"after-2"} <= {r.value for r in received},
+                what="records after the restart",
+            )
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    after = [r for r in received if r.value and r.value.startswith(b"after")]
+    assert all(r.epoch == 1 for r in after)
+    # the topic exists again with its spec's partition count (whoever re-created it:
+    # the bus, or Tansu auto-creating it for a client's metadata request)
+    watch = BrokerWatch(bootstrap)
+    try:
+        assert await watch.partitions(topic.name) == list(range(DEFAULT_PARTITIONS))
+    finally:
+        await watch.close()
+
+
+async def test_send_right_after_restart_is_not_lost(
+    own_broker: EmbeddedBroker, default_topic: TopicSpec
+) -> None:
+    """The producer cannot know the broker restarted before its probe runs; Tansu
+    accepts the record into a topic that no longer exists. The producer re-sends what
+    no probe confirmed once it notices, so the record arrives (maybe twice)."""
+    topic = default_topic
+    bootstrap = own_broker.bootstrap_servers
+    async with EventProducer(bootstrap, topics=[topic], probe_interval=0.3) as producer:
+        await producer.send(topic.name, b"old", key="k")
+        await own_broker.arestart()
+        await producer.send(topic.name, b"racy", key="k")  # no waiting for the probe
+        await producer.send(topic.name, b"racy-other-key", key="other")
+        async with EventConsumer(bootstrap, [topic], probe_interval=0.3) as consumer:
+            received: list[Record] = []
+            reader = asyncio.create_task(_read_into(consumer, received))
+            try:
+                await _eventually(
+                    lambda: {b"racy", b"racy-other-key"} <= {r.value for r in received},
+                    what="records sent right after the restart",
+                )
+            finally:
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+        await _eventually(lambda: producer.restart_count == 1, what="producer restart handled")
+
+
+async def test_send_waits_while_the_broker_is_down(
+    own_broker: EmbeddedBroker, default_topic: TopicSpec
+) -> None:
+    topic = default_topic
+    bootstrap = own_broker.bootstrap_servers
+    async with EventProducer(
+        bootstrap, topics=[topic], probe_interval=0.1, send_timeout=20
+    ) as producer:
+        await own_broker.astop()
+        await asyncio.sleep(0.5)  # the probe sees the broker down
+        pending = asyncio.create_task(producer.send(topic.name, b"while-down", key="k"))
+        await asyncio.sleep(0.5)
+        assert not pending.done(), "send waits for the broker instead of failing"
+        await own_broker.astart()
+        sent = await asyncio.wait_for(pending, 15)
+        assert sent.topic == topic.name
+        async with EventConsumer(bootstrap, [topic]) as consumer:
+            values = [r.value for r in await consumer.catch_up(timeout=10)]
+        assert b"while-down" in values

@@ -1,0 +1,74 @@
+"""Kafka topics of the schedmesh event bus.
+
+Every topic is keyed by the identity of the object it is about, so all records for one
+object land in one partition, in order. Values are protobuf messages from
+``protos/schedmesh/v1/events.proto`` (encoded by the callers; the bus moves bytes).
+A record should carry the object's full current state (not a delta) and a deletion
+should be an explicit event or a tombstone (``value=None``): then replaying a topic
+from the beginning and keeping the last record per key rebuilds a cache (the informer
+pattern), and the topics can be compacted on a real Kafka.
+
+| topic               | key                 | value (events.proto) | written by -> read by                                     |
+|---------------------|---------------------|----------------------|-----------------------------------------------------------|
+| schedmesh.pods      | pod uid             | PodEvent             | queue-manager (admission), agent (status), preemption     |
+|                     |                     |                      | (nominatedNodeName) -> queue-manager, workers, preemption |
+| schedmesh.nodes     | node name           | NodeEvent            | kubelet agent -> everyone                                 |
+| schedmesh.bindings  | pod uid             | BindingEvent         | binder (bound / refused) -> queue-manager, workers, agent |
+| schedmesh.evictions | pod uid             | EvictionEvent        | preemption, agent -> agent, queue-manager                 |
+| schedmesh.events    | involved object uid | ClusterEvent         | everyone (k8s-style Events) -> cli `get events`, tests    |
+
+The message names are the intended ones for ``events.proto``; that file is owned by the
+protos work and wins if the two disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PODS = "schedmesh.pods"
+NODES = "schedmesh.nodes"
+BINDINGS = "schedmesh.bindings"
+EVICTIONS = "schedmesh.evictions"
+EVENTS = "schedmesh.events"
+
+#: Partitions of every bus topic: the unit of scale-out for consumer groups (e.g.
+#: queue-managers owning pod partitions). It is deliberately Tansu's auto-create default
+#: (4): after the embedded broker restarts, aiokafka clients re-request metadata for the
+#: topics they know before anyone can re-create them, and Tansu then auto-creates them
+#: with 4 partitions (aiokafka always allows auto-creation; Tansu has no switch). With
+#: the same count here, such a topic is indistinguishable from one we created.
+#: Tansu cannot add partitions later.
+DEFAULT_PARTITIONS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """How a topic is created (``ensure_topics``)."""
+
+    name: str
+    partitions: int = DEFAULT_PARTITIONS
+    replication_factor: int = 1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+_COMPACT = {"cleanup.policy": "compact"}
+
+TOPIC_SPECS: dict[str, TopicSpec] = {
+    spec.name: spec
+    for spec in (
+        TopicSpec(PODS, DEFAULT_PARTITIONS, configs=dict(_COMPACT)),
+        TopicSpec(NODES, DEFAULT_PARTITIONS, configs=dict(_COMPACT)),
+        TopicSpec(BINDINGS, DEFAULT_PARTITIONS, configs=dict(_COMPACT)),
+        TopicSpec(EVICTIONS, DEFAULT_PARTITIONS),
+        TopicSpec(EVENTS, DEFAULT_PARTITIONS),
+    )
+}
+
+ALL_TOPICS: tuple[str, ...] = tuple(TOPIC_SPECS)
+
+
+def spec_for(topic: str | TopicSpec) -> TopicSpec:
+    """The catalogue spec of ``topic`` (``DEFAULT_PARTITIONS`` for unknown names)."""
+    if isinstance(topic, TopicSpec):
+        return topic
+    return TOPIC_SPECS.get(topic) or TopicSpec(topic, DEFAULT_PARTITIONS)

@@ -1,0 +1,201 @@
+"""Broker identity watch and topic creation, shared by the producer and the consumer.
+
+A memory-only broker (the embedded Tansu) forgets every topic, offset and group when it
+restarts, and aiokafka clients reconnect to it without noticing. :class:`BrokerWatch`
+notices: it polls ``describe_cluster()`` (one Metadata request) and reports
+
+* ``DOWN`` while the broker does not answer,
+* ``RESTARTED`` when the cluster id changed (EmbeddedBroker uses a fresh id per start)
+  or one of the topics we rely on is gone (a restarted broker with a fixed id),
+* ``UP`` otherwise.
+
+On a real Kafka the cluster id is persistent, so a broker restart that keeps its data
+is (correctly) not reported as RESTARTED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Collection, Iterable
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
+
+from schedmesh.bus.topics import TopicSpec, spec_for
+
+log = logging.getLogger(__name__)
+
+#: ``on_restart`` callbacks may be plain functions or coroutine functions.
+RestartCallback = Callable[[], Awaitable[None] | None]
+
+_TOPIC_ALREADY_EXISTS = 36
+
+
+class BusError(RuntimeError):
+    """The event bus could not reach the broker or set up its topics in time."""
+
+
+class BrokerState(enum.Enum):
+    UP = "up"
+    DOWN = "down"
+    RESTARTED = "restarted"
+
+
+async def call_restart_callback(callback: RestartCallback | None, who: str) -> None:
+    """Run an ``on_restart`` callback; its failures are logged, never propagated."""
+    if callback is None:
+        return
+    try:
+        result = callback()
+        if inspect.isawaitable(result):
+            await result
+    except Exception:  # noqa: BLE001 - a faulty callback must not kill the bus
+        log.exception("%s: on_restart callback failed", who)
+
+
+class BrokerWatch:
+    """Owns one admin client; tells whether the broker is up, down or a new one."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        client_id: str = "schedmesh-watch",
+        request_timeout: float = 3.0,
+    ) -> None:
+        self._bootstrap = bootstrap_servers
+        self._client_id = client_id
+        self._timeout = request_timeout
+        self._admin: AIOKafkaAdminClient | None = None
+        self._cluster_id: str | None = None
+
+    @property
+    def cluster_id(self) -> str | None:
+        return self._cluster_id
+
+    async def _client(self) -> AIOKafkaAdminClient:
+        if self._admin is None:
+            admin = AIOKafkaAdminClient(
+                bootstrap_servers=self._bootstrap,
+                client_id=self._client_id,
+                request_timeout_ms=int(self._timeout * 1000),
+            )
+            await asyncio.wait_for(admin.start(), self._timeout)
+            self._admin = admin
+        return self._admin
+
+    async def _drop_client(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            try:
+                await asyncio.wait_for(admin.close(), self._timeout)
+            except (KafkaError, OSError, asyncio.TimeoutError):
+                pass
+
+    async def wait_until_up(self, timeout: float) -> str:
+        """Wait for the broker to answer; returns (and remembers) its cluster id."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        last: BaseException | None = None
+        while True:
+            try:
+                admin = await self._client()
+                cluster = await asyncio.wait_for(admin.describe_cluster(), self._timeout)
+                self._cluster_id = cluster.get("cluster_id")
+                return self._cluster_id or ""
+            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+                last = exc
+                await self._drop_client()
+            if loop.time() >= deadline:
+                raise BusError(f"broker {self._bootstrap} unreachable: {last!r}")
+            await asyncio.sleep(0.1)
+
+    async def probe(self, expect_topics: Collection[str] = ()) -> BrokerState:
+        """One check of the broker's identity (and that ``expect_topics`` exist)."""
+        try:
+            admin = await self._client()
+            cluster = await asyncio.wait_for(admin.describe_cluster(), self._timeout)
+            topics = set(await asyncio.wait_for(admin.list_topics(), self._timeout)) if expect_topics else set()
+        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            log.debug("probe of %s failed: %r", self._bootstrap, exc)
+            await self._drop_client()
+            return BrokerState.DOWN
+        cluster_id = cluster.get("cluster_id")
+        previous, self._cluster_id = self._cluster_id, cluster_id
+        if previous is not None and cluster_id != previous:
+            log.warning(
+                "broker %s restarted (cluster id %s -> %s)", self._bootstrap, previous, cluster_id
+            )
+            return BrokerState.RESTARTED
+        missing = [t for t in expect_topics if t not in topics]
+        if missing:
+            log.warning("broker %s lost topics %s; treating as a restart", self._bootstrap, missing)
+            return BrokerState.RESTARTED
+        return BrokerState.UP
+
+    async def ensure_topics(self, topics: Iterable[str | TopicSpec]) -> list[str]:
+        """Create the topics that do not exist yet; returns the names created."""
+        specs = [spec_for(t) for t in topics]
+        if not specs:
+            return []
+        admin = await self._client()
+        request = [
+            NewTopic(
+                s.name,
+                num_partitions=s.partitions,
+                replication_factor=s.replication_factor,
+                topic_configs=dict(s.configs),
+            )
+            for s in specs
+        ]
+        response = await asyncio.wait_for(admin.create_topics(request), self._timeout * 2)
+        created: list[str] = []
+        existing: list[str] = []
+        for entry in response.topic_errors:
+            name, code = entry[0], entry[1]
+            if code == 0:
+                created.append(name)
+            elif code == _TOPIC_ALREADY_EXISTS:
+                existing.append(name)
+            else:
+                message = entry[2] if len(entry) > 2 else ""
+                raise BusError(f"creating topic {name} failed: error {code} {message}")
+        if created:
+            log.info("created topics %s", created)
+        if existing:
+            await self._check_partition_counts({s.name: s for s in specs}, existing)
+        return created
+
+    async def _check_partition_counts(self, specs: dict[str, TopicSpec], names: list[str]) -> None:
+        admin = await self._client()
+        try:
+            described = await asyncio.wait_for(admin.describe_topics(names), self._timeout)
+        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            log.debug("describe_topics %s failed: %r", names, exc)
+            return
+        for entry in described:
+            spec = specs.get(entry.get("topic", ""))
+            count = len(entry.get("partitions", []))
+            if spec is not None and count and count != spec.partitions:
+                log.warning(
+                    "topic %s exists with %d partitions, spec wants %d "
+                    "(auto-created by a client, e.g. after a broker restart?)",
+                    spec.name,
+                    count,
+                    spec.partitions,
+                )
+
+    async def partitions(self, topic: str) -> list[int]:
+        """Partition ids of ``topic`` from a fresh Metadata request."""
+        admin = await self._client()
+        described = await asyncio.wait_for(admin.describe_topics([topic]), self._timeout)
+        for entry in described:
+            if entry.get("topic") == topic and entry.get("error_code", 0) == 0:
+                return sorted(p["partition"] for p in entry.get("partitions", []))
+        return []
+
+    async def close(self) -> None:
+        await self._drop_client()

@@ -1,0 +1,256 @@
+"""The binder: the authoritative per-node ledger of committed pods (docs/mesh.md, step 5).
+
+Every queue-manager schedules against its own snapshot and assumes its choices; the binder is
+where two of them meet. Its ledger is a ClusterCache (fed by CacheFollower from the state
+topics) plus the bindings it has committed but not yet seen come back through Kafka (overlaid
+on the cache's snapshot as that client's assumed pods). A bind commits only if the node exists
+and the pod still fits given everything committed, checked by the plugin library's
+NodeResourcesFit and NodePorts (PreFilter + Filter through a Framework: the same code the
+filter shards run, no second copy of a formula). Binds are serialized by one asyncio.Lock, so
+concurrent callers can never over-commit a node. Bindings are idempotent per pod uid.
+
+`python -m services.binder` wires this to gRPC (schedmesh.v1.Binder) and Kafka.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Optional
+
+import grpc
+from opentelemetry import trace
+
+from schedmesh.api import convert
+from schedmesh.api.types import Pod, PodCondition
+from schedmesh.bus import EventProducer, Record
+from schedmesh.framework.interface import CycleState
+from schedmesh.framework.profile import PluginRef, PluginSet, Profile
+from schedmesh.framework.runtime import Framework
+from schedmesh.mesh.cluster_cache import STATE_TOPICS, TOPIC_EVENTS, TOPIC_PODS, ClusterCache
+from schedmesh.mesh.records import pod_record, publish
+from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
+from schedmesh.v1 import binder_pb2, binder_pb2_grpc, events_pb2
+
+log = logging.getLogger("schedmesh.binder")
+
+LEDGER_CLIENT = "binder-ledger"  # the cache's assumed-pods slot holding committed, unseen bindings
+FIT_PLUGINS = ("NodeResourcesFit", "NodePorts")
+_MAX_REMEMBERED_DELETIONS = 100_000
+
+
+def event_record(pod: Pod, reason: str, message: str, source: str, type_: str = "Normal"
+                 ) -> tuple[str, str, bytes]:
+    """A Kubernetes-style Event about `pod` for schedmesh.events (key: pod uid), stamped with
+    the current trace id."""
+    ctx = trace.get_current_span().get_span_context()
+    ev = events_pb2.Event(pod_uid=pod.uid, pod=pod.key, type=type_, reason=reason, message=message,
+                          source=source, timestamp=time.time(),
+                          trace_id=format(ctx.trace_id, "032x") if ctx.is_valid else "")
+    return TOPIC_EVENTS, pod.uid, ev.SerializeToString()
+
+
+def binder_profile(fit_args: Optional[dict] = None) -> Profile:
+    """A profile with only the fit checks; PrioritySort and DefaultBinder are there because
+    kube requires a queueSort and a bind plugin in every profile."""
+    fit = [PluginRef(n) for n in FIT_PLUGINS]
+    return Profile(
+        scheduler_name="schedmesh-binder",
+        plugins={"queueSort": PluginSet([PluginRef("PrioritySort")]), "preFilter": PluginSet(list(fit)),
+                 "filter": PluginSet(list(fit)), "bind": PluginSet([PluginRef("DefaultBinder")])},
+        plugin_config={"NodeResourcesFit": dict(fit_args)} if fit_args else {})
+
+
+def bound_pod(pod: Pod, node_name: str) -> Pod:
+    """The pod as the binding stores it: spec.nodeName set, PodScheduled=True."""
+    conditions = [c for c in pod.conditions if c.type != "PodScheduled"]
+    conditions.insert(0, PodCondition("PodScheduled", "True"))
+    return dataclasses.replace(pod, node_name=node_name, conditions=conditions)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    bound: bool
+    reason: str = ""
+    publish: Optional[Pod] = None  # the bound pod to publish (a new commitment), else None
+
+
+class BindLedger:
+    """What is committed on each node, and the bind decision. Not async: the caller serializes."""
+
+    def __init__(self, cache: ClusterCache, fit_args: Optional[dict] = None) -> None:
+        self.cache = cache
+        self.framework = Framework(binder_profile(fit_args), snapshot_fn=lambda: cache.snapshot)
+        self._committed: dict[str, tuple[Pod, str]] = {}  # uid -> (bound pod, node): not yet seen back
+        self._deleted: OrderedDict[str, None] = OrderedDict()  # uids seen tombstoned
+
+    # ---- fed by the follower -------------------------------------------------------------
+    def on_record(self, r: Record) -> None:
+        if r.topic != TOPIC_PODS or r.value is None:
+            return
+        try:
+            rec = events_pb2.PodRecord.FromString(r.value)
+        except Exception:  # noqa: BLE001 - the cache logs undecodable records
+            return
+        if rec.deleted:
+            uid = rec.pod.metadata.uid
+            self._deleted[uid] = None
+            self._deleted.move_to_end(uid)
+            while len(self._deleted) > _MAX_REMEMBERED_DELETIONS:
+                self._deleted.popitem(last=False)
+
+    # ---- deciding --------------------------------------------------------------------------
+    def _bound_node(self, uid: str) -> str:
+        c = self._committed.get(uid)
+        if c is not None:
+            return c[1]
+        p = self.cache.pods.get(uid)
+        return p.node_name if p is not None else ""
+
+    def _prune(self) -> None:
+        """Forget commitments the cache has seen come back (or seen deleted)."""
+        done = [uid for uid, (_pod, node) in self._committed.items()
+                if uid in self._deleted or (uid in self.cache.pods and self.cache.pods[uid].node_name)]
+        if done:
+            for uid in done:
+                del self._committed[uid]
+            self.cache.set_assumed(LEDGER_CLIENT, list(self._committed.values()))
+
+    def decide(self, pod: Pod, node_name: str) -> Decision:
+        """Commit `pod` to `node_name` if it may go there; the caller publishes `publish`."""
+        uid = pod.uid
+        if not uid:
+            return Decision(False, "pod has no uid")
+        if not node_name:
+            return Decision(False, "no node name")
+        with self.cache.lock:
+            self._prune()
+            if uid in self._deleted:
+                return Decision(False, f"pod {pod.key} has been deleted")
+            current = self.cache.pods.get(uid)
+            if pod.meta.deletion_timestamp or (current is not None and current.meta.deletion_timestamp):
+                return Decision(False, f"pod {pod.key} is being deleted")
+            already = self._bound_node(uid)
+            if already:
+                if already == node_name:
+                    return Decision(True)
+                return Decision(False, f"pod {pod.key} is already bound to {already}")
+            snapshot = self.cache.snapshot
+            ni = snapshot.get(node_name)
+            if ni is None:
+                return Decision(False, f'node "{node_name}" not found')
+            state = CycleState()
+            _result, st, _ = self.framework.run_pre_filter(state, pod, snapshot)
+            if st is None or st.is_success():
+                st = self.framework.run_filter(state, pod, ni)
+            if st is not None and not st.is_success():
+                return Decision(False, st.message() or str(st))
+            bound = bound_pod(pod, node_name)
+            self._committed[uid] = (bound, node_name)
+            self.cache.set_assumed(LEDGER_CLIENT, list(self._committed.values()))
+            return Decision(True, "", bound)
+
+    def rollback(self, uid: str) -> None:
+        """Undo a commitment whose publication failed."""
+        with self.cache.lock:
+            if self._committed.pop(uid, None) is not None:
+                self.cache.set_assumed(LEDGER_CLIENT, list(self._committed.values()))
+
+    def pending(self) -> list[Pod]:
+        """Committed bindings not yet seen back through Kafka."""
+        with self.cache.lock:
+            self._prune()
+            return [p for p, _n in self._committed.values()]
+
+
+class BinderServicer(binder_pb2_grpc.BinderServicer):
+    def __init__(self, ledger: BindLedger, producer: EventProducer, name: str) -> None:
+        self.ledger, self.producer, self.name = ledger, producer, name
+        self.lock = asyncio.Lock()  # one bind at a time: decide + publish is the critical section
+
+    async def Bind(self, request: binder_pb2.BindRequest, context) -> binder_pb2.BindResponse:
+        pod = convert.pod_from_proto(request.pod)
+        node = request.node_name
+        span = trace.get_current_span()  # the server span of the tracing interceptor
+        span.set_attribute("schedmesh.pod", pod.key)
+        span.set_attribute("schedmesh.node", node)
+        span.set_attribute("schedmesh.client", request.client_id)
+        async with self.lock:
+            d = self.ledger.decide(pod, node)
+            if d.publish is not None:
+                try:
+                    await publish(self.producer, [
+                        pod_record(d.publish, source=self.name),
+                        event_record(d.publish, "Scheduled", f"Successfully assigned {pod.key} to {node}", self.name),
+                    ])
+                except Exception as e:  # noqa: BLE001 - nothing is committed unless it is published
+                    self.ledger.rollback(pod.uid)
+                    log.warning("bind %s -> %s: publish failed: %r", pod.key, node, e)
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, f"publishing the binding failed: {e}")
+        span.set_attribute("schedmesh.bound", d.bound)
+        if not d.bound:
+            span.set_attribute("schedmesh.reason", d.reason)
+            log.info("refused %s -> %s (client %s): %s", pod.key, node, request.client_id, d.reason)
+        elif d.publish is not None:
+            log.info("bound %s -> %s (client %s)", pod.key, node, request.client_id)
+        return binder_pb2.BindResponse(bound=d.bound, reason=d.reason)
+
+    async def republish_pending(self) -> None:
+        """After a broker restart: bindings committed but never seen back may be lost."""
+        async with self.lock:
+            pods = self.ledger.pending()
+            if pods:
+                log.info("broker restarted: re-publishing %d unconfirmed binding(s)", len(pods))
+                await publish(self.producer, [pod_record(p, source=self.name) for p in pods])
+
+
+def fit_args_from_config(path: Optional[str]) -> Optional[dict]:
+    """NodeResourcesFit's args of the first profile that configures them, so the binder ignores
+    the same resources the scheduler ignores."""
+    if not path:
+        return None
+    from schedmesh.framework.config import load_scheduler_config
+    for prof in load_scheduler_config(path).profiles:
+        args = prof.plugin_config.get("NodeResourcesFit")
+        if args:
+            return args
+    return None
+
+
+async def serve(port: int, bootstrap: str, name: str = "binder-0", config: Optional[str] = None) -> None:
+    proc = ServiceProcess(name, port)
+    cache = ClusterCache()
+    ledger = BindLedger(cache, fit_args_from_config(config))
+    producer = EventProducer(bootstrap, topics=(*STATE_TOPICS, TOPIC_EVENTS), client_id=name)
+    servicer = BinderServicer(ledger, producer, name)
+    follower = CacheFollower(bootstrap, cache, client_id=name, on_record=ledger.on_record,
+                             on_restart=servicer.republish_pending)
+    binder_pb2_grpc.add_BinderServicer_to_server(servicer, proc.server)
+    await proc.start()
+    await producer.start()
+    await follower.start()
+    proc.spawn(follower.follow(), "follow")
+    await proc.set_serving(True)
+
+    async def cleanup() -> None:
+        await follower.stop()
+        await producer.stop()
+
+    await proc.wait_and_stop(cleanup)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="binder", description="schedmesh binder: the authoritative per-node ledger")
+    p.add_argument("--port", type=int, default=int(os.environ.get("SCHEDMESH_PORT", "0")))
+    p.add_argument("--bootstrap", default=os.environ.get("SCHEDMESH_KAFKA", "127.0.0.1:9092"))
+    p.add_argument("--name", default=os.environ.get("SCHEDMESH_NAME", "binder-0"),
+                   help="client id and the `source` of the records it writes")
+    p.add_argument("--config", default=os.environ.get("SCHEDMESH_CONFIG"),
+                   help="KubeSchedulerConfiguration: NodeResourcesFit args (ignoredResources...)")
+    a = p.parse_args()
+    asyncio.run(serve(a.port, a.bootstrap, a.name, a.config))

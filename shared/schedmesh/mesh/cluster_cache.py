@@ -1,0 +1,161 @@
+"""The cluster as every service sees it: rebuilt by replaying the Kafka topics (the informer
+pattern) and kept current by following them.
+
+Records are protobuf messages of protos/schedmesh/v1/events.proto. Offsets of the pods and
+nodes topics are tracked so a caller can ask "have you seen at least what I have seen?"
+(`wait_for`), which is how a queue-manager and its shards evaluate the same cluster. Pods a
+queue-manager has assumed but not yet seen bound are overlaid per client (`set_assumed`).
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from schedmesh.api import convert
+from schedmesh.api.types import Namespace, Node, Pod, PodDisruptionBudget, PriorityClass
+from schedmesh.cache.snapshot import Snapshot
+from schedmesh.v1 import events_pb2
+
+TOPIC_NODES = "schedmesh.nodes"  # same names as schedmesh.bus.topics
+TOPIC_PODS = "schedmesh.pods"
+TOPIC_PRIORITY_CLASSES = "schedmesh.priorityclasses"
+TOPIC_PDBS = "schedmesh.pdbs"
+TOPIC_NAMESPACES = "schedmesh.namespaces"
+TOPIC_EVENTS = "schedmesh.events"
+STATE_TOPICS = (TOPIC_NAMESPACES, TOPIC_PRIORITY_CLASSES, TOPIC_PDBS, TOPIC_NODES, TOPIC_PODS)
+
+# Listener: (kind, old object or None, new object or None)
+Listener = Callable[[str, object, object], None]
+
+
+def is_terminal(pod: Pod) -> bool:
+    return pod.phase in ("Succeeded", "Failed")
+
+
+@dataclass
+class ClusterCache:
+    """A Snapshot plus the non-node objects, fed by event records. Thread-safe via `lock`."""
+
+    snapshot: Snapshot = field(default_factory=Snapshot)
+    pods: dict[str, Pod] = field(default_factory=dict)  # every known pod by uid (pending and bound)
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    pdbs: dict[str, PodDisruptionBudget] = field(default_factory=dict)
+    offsets: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> next offset to read
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    listeners: list[Listener] = field(default_factory=list)
+    _assumed: dict[str, dict[str, tuple[Pod, str]]] = field(default_factory=dict)  # client -> uid -> (pod, node)
+    _changed: threading.Condition = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._changed = threading.Condition(self.lock)
+
+    # ---- applying records --------------------------------------------------------------
+    def apply(self, topic: str, value: bytes, offset: int, partition: int = 0) -> None:
+        with self.lock:
+            if topic == TOPIC_NODES:
+                rec = events_pb2.NodeRecord.FromString(value)
+                self._apply_node(convert.node_from_proto(rec.node), rec.deleted)
+            elif topic == TOPIC_PODS:
+                rec = events_pb2.PodRecord.FromString(value)
+                self._apply_pod(convert.pod_from_proto(rec.pod), rec.deleted)
+            elif topic == TOPIC_PRIORITY_CLASSES:
+                rec = events_pb2.PriorityClassRecord.FromString(value)
+                pc = convert.priority_class_from_proto(rec.priority_class)
+                if rec.deleted:
+                    self.priority_classes.pop(pc.name, None)
+                else:
+                    self.priority_classes[pc.name] = pc
+            elif topic == TOPIC_PDBS:
+                rec = events_pb2.PodDisruptionBudgetRecord.FromString(value)
+                pdb = convert.pdb_from_proto(rec.pdb)
+                key = f"{pdb.namespace}/{pdb.name}"
+                if rec.deleted:
+                    self.pdbs.pop(key, None)
+                else:
+                    self.pdbs[key] = pdb
+            elif topic == TOPIC_NAMESPACES:
+                rec = events_pb2.NamespaceRecord.FromString(value)
+                ns = convert.namespace_from_proto(rec.namespace)
+                if rec.deleted:
+                    self.snapshot.namespace_labels.pop(ns.name, None)
+                else:
+                    self.snapshot.namespace_labels[ns.name] = dict(ns.labels)
+            key = f"{topic}/{partition}"
+            self.offsets[key] = max(self.offsets.get(key, 0), offset + 1)
+            self._changed.notify_all()
+
+    def _apply_node(self, node: Node, deleted: bool) -> None:
+        old = self.snapshot.get(node.name)
+        old_node = old.node if old else None
+        if deleted:
+            self.snapshot.remove_node(node.name)
+            self._emit("node", old_node, None)
+        else:
+            self.snapshot.add_node(node)
+            self._emit("node", old_node, node)
+
+    def _apply_pod(self, pod: Pod, deleted: bool) -> None:
+        uid = pod.meta.uid
+        old = self.pods.get(uid)
+        if old is not None and old.node_name:
+            self.snapshot.remove_pod(old)
+        if deleted or is_terminal(pod):
+            self.pods.pop(uid, None)
+            self._emit("pod", old, None)
+            return
+        self.pods[uid] = pod
+        for client in self._assumed.values():  # the real binding supersedes an assumption
+            client.pop(uid, None)
+        if pod.node_name:
+            self.snapshot.add_pod(pod)
+        self._emit("pod", old, pod)
+
+    def _emit(self, kind: str, old: object, new: object) -> None:
+        for listener in self.listeners:
+            listener(kind, old, new)
+
+    # ---- consistency -------------------------------------------------------------------
+    def wait_for(self, offsets: dict[str, int], timeout: float = 5.0) -> bool:
+        """Block until this cache has consumed each "topic/partition" up to the given offsets."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: all(self.offsets.get(t, 0) >= o for t, o in offsets.items() if o > 0), timeout)
+
+    def view_offsets(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.offsets)
+
+    def set_assumed(self, client: str, assignments: list[tuple[Pod, str]]) -> None:
+        """Replace a client's assumed pods (pods scheduled but not yet seen bound)."""
+        with self.lock:
+            old = self._assumed.get(client, {})
+            new = {p.meta.uid: (p, n) for p, n in assignments if not self._is_bound(p.meta.uid)}
+            for uid, (pod, _node) in old.items():
+                if uid not in new and not self._is_bound(uid):
+                    self.snapshot.remove_pod(pod)
+            for uid, (pod, node) in new.items():
+                if uid not in old or old[uid][1] != node:
+                    self.snapshot.add_pod(pod, node)
+            self._assumed[client] = new
+
+    def _is_bound(self, uid: str) -> bool:
+        p = self.pods.get(uid)
+        return p is not None and bool(p.node_name)
+
+    # ---- reading -----------------------------------------------------------------------
+    def pending_pods(self) -> list[Pod]:
+        with self.lock:
+            return [p for p in self.pods.values() if not p.node_name]
+
+    def pdb_list(self) -> list[PodDisruptionBudget]:
+        with self.lock:
+            return list(self.pdbs.values())
+
+    def namespaces(self) -> list[Namespace]:
+        with self.lock:
+            return [Namespace(k, dict(v)) for k, v in self.snapshot.namespace_labels.items()]
+
+    def get_pod(self, namespace: str, name: str) -> Optional[Pod]:
+        with self.lock:
+            return next((p for p in self.pods.values() if p.namespace == namespace and p.name == name), None)

@@ -1,0 +1,117 @@
+"""What every mesh service process shares: a gRPC server with health checking and graceful
+shutdown, tracing from OTEL_* variables, and a ClusterCache fed from the event bus."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from typing import Awaitable, Callable, Iterable, Optional
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from schedmesh.bus import EventConsumer, Record
+from schedmesh.mesh.cluster_cache import STATE_TOPICS, ClusterCache
+from schedmesh.telemetry import TracingServerInterceptor, setup_tracing, shutdown_tracing
+
+log = logging.getLogger("schedmesh.mesh")
+
+GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+
+
+def configure_logging(service: str) -> None:
+    logging.basicConfig(level=os.environ.get("SCHEDMESH_LOG_LEVEL", "INFO"),
+                        format=f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s")
+
+
+class ServiceProcess:
+    """A service's gRPC server, health status and shutdown handling."""
+
+    def __init__(self, name: str, port: int, host: str = "127.0.0.1") -> None:
+        self.name, self.host, self.port = name, host, port
+        configure_logging(name)
+        setup_tracing(name)
+        self.server = grpc.aio.server(interceptors=[TracingServerInterceptor()], options=GRPC_OPTIONS)
+        self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+
+    async def set_serving(self, serving: bool, service: str = "") -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        r = self.health.set(service, status)
+        if asyncio.iscoroutine(r):
+            await r
+
+    def spawn(self, coro: Awaitable, name: str) -> asyncio.Task:
+        t = asyncio.create_task(coro, name=name)
+        self._tasks.append(t)
+        return t
+
+    async def start(self) -> None:
+        bound = self.server.add_insecure_port(f"{self.host}:{self.port}")
+        if bound == 0:
+            raise RuntimeError(f"{self.name}: cannot listen on {self.host}:{self.port}")
+        self.port = bound
+        await self.set_serving(False)
+        await self.server.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        log.info("%s listening on %s:%d", self.name, self.host, self.port)
+
+    async def wait_and_stop(self, cleanup: Optional[Callable[[], Awaitable]] = None, grace: float = 5.0) -> None:
+        await self.stopping.wait()
+        log.info("%s shutting down", self.name)
+        await self.set_serving(False)
+        await self.server.stop(grace)
+        if cleanup is not None:
+            await cleanup()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        shutdown_tracing()
+
+
+class CacheFollower:
+    """Replays the state topics into a ClusterCache, then follows them."""
+
+    def __init__(self, bootstrap: str, cache: ClusterCache, client_id: str,
+                 topics: Iterable[str] = STATE_TOPICS,
+                 on_record: Optional[Callable[[Record], None]] = None,
+                 on_restart: Optional[Callable[[], Awaitable]] = None) -> None:
+        self.cache = cache
+        self.on_record = on_record
+        self._user_restart = on_restart
+        self.consumer = EventConsumer(bootstrap, list(topics), client_id=client_id, on_restart=self._restarted)
+
+    async def _restarted(self) -> None:
+        # A memory-only broker came back empty: offsets start again from 0. Keep the cached
+        # objects (their owners re-publish them) but forget the old offsets.
+        with self.cache.lock:
+            self.cache.offsets.clear()
+        if self._user_restart is not None:
+            await self._user_restart()
+
+    def _apply(self, r: Record) -> None:
+        if r.value is not None:
+            try:
+                self.cache.apply(r.topic, r.value, r.offset, r.partition)
+            except Exception:  # a bad record must not stop the cache
+                log.exception("cannot apply record %s/%d@%d", r.topic, r.partition, r.offset)
+        if self.on_record is not None:
+            self.on_record(r)
+
+    async def start(self, timeout: float = 60.0) -> None:
+        await self.consumer.start(timeout)
+        for r in await self.consumer.catch_up(timeout):
+            self._apply(r)
+
+    async def follow(self) -> None:
+        while True:
+            for r in await self.consumer.getmany(timeout=0.5):
+                self._apply(r)
+
+    async def stop(self) -> None:
+        await self.consumer.stop()

@@ -1,0 +1,116 @@
+"""The shard side of the Filter/Score fan-out: one partition of the nodes, the whole cluster known.
+
+Every shard replicates the whole cluster (cheap: it is the same event stream) but evaluates
+only its own nodes. PreFilter and PreScore need cluster-wide counts (spread, inter-pod
+affinity); computing them locally on a replica gives every shard the same answer as the
+queue-manager without a map-reduce round trip.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from schedmesh.api import convert
+from schedmesh.api.types import Pod
+from schedmesh.cache.node_info import PodInfo
+from schedmesh.framework.interface import CycleState
+from schedmesh.framework.runtime import Framework, Nominator
+from schedmesh.mesh.cluster_cache import ClusterCache
+from schedmesh.mesh.partition import shard_of
+from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm
+from schedmesh.v1 import scheduling_pb2 as spb
+
+
+class RequestNominator(Nominator):
+    """Nominated pods as the queue-manager sent them with the request."""
+
+    def __init__(self, assignments) -> None:
+        self._by_node: dict[str, list[PodInfo]] = {}
+        for a in assignments:
+            self._by_node.setdefault(a.node_name, []).append(PodInfo(convert.pod_from_proto(a.pod)))
+
+    def nominated_pods_for_node(self, node_name: str) -> list[PodInfo]:
+        return self._by_node.get(node_name, [])
+
+    def nominated_node_names(self) -> list[str]:
+        return list(self._by_node)
+
+
+class ShardEvaluator:
+    def __init__(self, cache: ClusterCache, frameworks: dict[str, Framework], shard_index: int,
+                 shard_count: int, name: str = "") -> None:
+        self.cache, self.frameworks = cache, frameworks
+        self.shard_index, self.shard_count = shard_index, shard_count
+        self.name = name or f"shard-{shard_index}-of-{shard_count}"
+        self.algorithm = SchedulingAlgorithm()  # keeps this shard's rotating start index
+        self._rows_for: Optional[tuple[object, np.ndarray]] = None
+
+    def _my_rows(self) -> np.ndarray:
+        cols = self.cache.snapshot.cols
+        if self._rows_for is None or self._rows_for[0] is not cols:
+            mine = [i for i, n in enumerate(cols.names) if shard_of(n, self.shard_count) == self.shard_index]
+            self._rows_for = (cols, np.array(mine, np.int64))
+        return self._rows_for[1]
+
+    def _prepare(self, view: spb.ClusterView, scheduler_name: str) -> Framework:
+        offsets = dict(view.offsets)
+        if not self.cache.wait_for(offsets):
+            raise TimeoutError(f"{self.name} has not caught up with the event stream "
+                               f"(wants {offsets}, has {self.cache.offsets})")
+        self.cache.set_assumed(view.client_id, [(convert.pod_from_proto(a.pod), a.node_name) for a in view.assumed])
+        fw = self.frameworks.get(scheduler_name)
+        if fw is None:
+            raise KeyError(f"no profile with schedulerName {scheduler_name!r}")
+        return fw
+
+    def filter(self, req: spb.FilterRequest) -> spb.FilterResponse:
+        fw = self._prepare(req.view, req.scheduler_name)
+        pod = convert.pod_from_proto(req.pod)
+        with self.cache.lock:
+            snap = self.cache.snapshot
+            resp = spb.FilterResponse(shard=self.name)
+            state = CycleState()
+            pre_res, st, narrowing = fw.run_pre_filter(state, pod, snap)
+            resp.prefilter_narrowing_plugins.extend(sorted(narrowing))
+            if st is not None and not st.is_success():
+                resp.prefilter_rejection.CopyFrom(spb.NodeFailure(code=int(st.code), plugin=st.plugin, reasons=st.reasons))
+                return resp
+            rows = self._my_rows()
+            resp.shard_nodes = len(rows)
+            if pre_res is not None and not pre_res.all_nodes():
+                names = snap.cols.names
+                rows = np.array([r for r in rows if names[r] in pre_res.node_names], np.int64)
+            if len(rows) == 0:
+                return resp
+            to_find = len(rows) if req.evaluate_all or req.max_feasible <= 0 else min(req.max_feasible, len(rows))
+            start = 0 if req.evaluate_all else self.algorithm.next_start_node_index % len(rows)
+            ordered = np.roll(rows, -start) if start else rows
+            diagnosis = Diagnosis()
+            feasible = self.algorithm.filter_in_order(fw, state, pod, snap, ordered, to_find, diagnosis,
+                                                      RequestNominator(req.view.nominated))
+            self.algorithm.next_start_node_index += len(feasible) + len(diagnosis.node_to_status)
+            names = snap.cols.names
+            resp.feasible.extend(names[r] for r in feasible)
+            for node, s in diagnosis.node_to_status.items():
+                resp.failures.add(node=node, code=int(s.code), plugin=s.plugin, reasons=s.reasons)
+            return resp
+
+    def score(self, req: spb.ScoreRequest) -> spb.ScoreResponse:
+        fw = self._prepare(req.view, req.scheduler_name)
+        pod = convert.pod_from_proto(req.pod)
+        with self.cache.lock:
+            snap = self.cache.snapshot
+            cols = snap.cols
+            state = CycleState()
+            fw.run_pre_filter(state, pod, snap)  # some PreScore steps read PreFilter state
+            all_rows = np.array([cols.index_of(n) for n in req.feasible], np.int64)
+            all_rows = all_rows[all_rows >= 0]
+            fw.run_pre_score(state, pod, snap, all_rows)
+            mine = all_rows[[shard_of(cols.names[r], self.shard_count) == self.shard_index for r in all_rows]] \
+                if len(all_rows) else all_rows
+            raw = fw.run_raw_score(state, pod, snap, mine)
+            resp = spb.ScoreResponse(shard=self.name, nodes=[cols.names[r] for r in mine])
+            for plugin, arr in raw.items():
+                resp.scores.add(plugin=plugin, raw=arr.tolist())
+            return resp

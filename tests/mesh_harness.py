@@ -1,0 +1,92 @@
+"""Starting mesh processes for tests: the embedded broker (or Kafka via testcontainers when
+SCHEDMESH_TEST_KAFKA=testcontainers and a Docker engine exists) and service processes."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def kafka() -> Iterator[str]:
+    """Bootstrap servers of a real Kafka-protocol broker for the test."""
+    if os.environ.get("SCHEDMESH_TEST_KAFKA") == "testcontainers":
+        import pytest
+        try:
+            from testcontainers.kafka import KafkaContainer
+            container = KafkaContainer().with_kraft()
+            container.start()
+        except Exception as e:  # no Docker engine here
+            pytest.skip(f"testcontainers Kafka unavailable: {e}")
+        try:
+            yield container.get_bootstrap_server()
+        finally:
+            container.stop()
+        return
+    from schedmesh.broker.embedded import EmbeddedBroker
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap_servers
+
+
+class ServiceProc:
+    def __init__(self, module: str, args: list[str], port: int, env: Optional[dict] = None,
+                 log_dir: Optional[Path] = None) -> None:
+        self.module, self.args, self.port = module, args, port
+        self.env = {**os.environ, **(env or {})}
+        self.log = open((log_dir or Path("/tmp")) / f"{module.replace('.', '_')}-{port}.log", "ab")
+        self.proc: Optional[subprocess.Popen] = None
+
+    def start(self) -> "ServiceProc":
+        self.proc = subprocess.Popen([sys.executable, "-m", self.module, *self.args, "--port", str(self.port)],
+                                     cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        return self
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def wait_serving(self, timeout: float = 60.0) -> None:
+        deadline = time.time() + timeout
+        with grpc.insecure_channel(self.target) as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            while time.time() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.module} exited with {self.proc.returncode}; log {self.log.name}")
+                try:
+                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.2)
+        raise TimeoutError(f"{self.module} on {self.target} not serving after {timeout}s; log {self.log.name}")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
