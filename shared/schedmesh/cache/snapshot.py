@@ -146,6 +146,8 @@ class Snapshot:
         self._cols: Optional[Columns] = None
         self._affinity_lists: Optional[tuple[list[NodeInfo], list[NodeInfo]]] = None
         self._image_states: Optional[dict[str, ImageStateSummary]] = None
+        # Bumped on every change: plugin indexes can tell in O(1) whether to resync.
+        self.generation = 0
         for n in nodes:
             self.add_node(n)
         for p in pods:
@@ -225,12 +227,14 @@ class Snapshot:
 
     # ---- changing ------------------------------------------------------------------------
     def _nodes_changed(self) -> None:
+        self.generation += 1
         self._list = None
         self._cols = None
         self._affinity_lists = None
         self._image_states = None
 
     def _pods_changed(self, ni: NodeInfo, affinity_changed: bool) -> None:
+        self.generation += 1
         if self._cols is not None and ni.index >= 0:
             self._cols.set_pod_totals(ni.index, ni)
         if affinity_changed:

@@ -260,7 +260,8 @@ class KubeletAgent:
             target = self.nodes.get(pod.node_name)
             if target is None or is_terminal(pod):
                 return
-            sp = SimPod(pod, RUNNING if pod.phase == "Running" else STARTING, r.context, start_at=now + self.start_delay)
+            state = RUNNING if pod.phase == "Running" else STARTING
+            sp = SimPod(pod, state, r.context, start_at=now + self.start_delay)
             target.add(sp)
             self._where[uid] = target
             if pod.meta.deletion_timestamp:
@@ -272,7 +273,9 @@ class KubeletAgent:
             del self._where[uid]
             return
         if rec.source == self.name:  # our own record coming back (or replayed after our restart)
-            if sp.state == STARTING and pod.phase == "Running":
+            if pod.meta.deletion_timestamp and sp.state != TERMINATING:  # an eviction we began before a restart
+                await self._begin_termination(sn, sp, pod, r.context)
+            elif sp.state == STARTING and pod.phase == "Running":
                 sp.state = RUNNING
                 sn.update(sp, pod)
             return

@@ -28,7 +28,9 @@ def configure_logging(service: str) -> None:
 class ServiceProcess:
     """A service's gRPC server, health status and shutdown handling."""
 
-    def __init__(self, name: str, port: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, name: str, port: int, host: Optional[str] = None) -> None:
+        # Local runs listen on loopback only; containers set SCHEDMESH_HOST=0.0.0.0.
+        host = host or os.environ.get("SCHEDMESH_HOST", "127.0.0.1")
         self.name, self.host, self.port = name, host, port
         configure_logging(name)
         setup_tracing(name)

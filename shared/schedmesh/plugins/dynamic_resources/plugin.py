@@ -30,7 +30,7 @@ from schedmesh.framework.interface import (CycleState, EnqueueExtensions, Filter
                                            PluginError, PostFilterPlugin, PostFilterResult, PreBindPlugin,
                                            PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, ReservePlugin,
                                            ScorePlugin, Status)
-from schedmesh.plugins.taint_toleration.normalize import default_normalize_score
+from schedmesh.plugins.helper.normalize import default_normalize_score
 
 NAME = "DynamicResources"
 STATE_KEY = NAME

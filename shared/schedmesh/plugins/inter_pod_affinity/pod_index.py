@@ -149,16 +149,24 @@ class PodIndex:
         self.by_affinity_terms: dict[AffinityKey, Group] = {}
         self._labels = _Part(_label_keys, ((self.by_labels, _stand_in),))
         self._terms = _Part(_term_keys, ((self.by_anti_terms, _same), (self.by_affinity_terms, _same)))
+        self._synced_at = -1  # snapshot.generation at the last sync
+        self._labels_at = -1  # ... at the last sync that included the label groups
 
     def sync(self, snapshot: Snapshot, labels: bool) -> None:
         """Term groups always (cheap: only pods with affinity are read); label groups, which
         cover every pod, only when asked for."""
+        # Nothing changed since the last sync: skip the per-node generation scan.
+        gen = snapshot.generation
+        if self._synced_at == gen and (not labels or self._labels_at == gen):
+            return
         lst = snapshot.node_info_list
         gens = [ni.generation for ni in lst]
         self.token = lst
         self._terms.sync(lst, gens)
         if labels:
             self._labels.sync(lst, gens)
+            self._labels_at = snapshot.generation
+        self._synced_at = snapshot.generation
 
 
 _INDEXES: "weakref.WeakKeyDictionary[Snapshot, PodIndex]" = weakref.WeakKeyDictionary()

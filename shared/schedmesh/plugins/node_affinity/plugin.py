@@ -22,7 +22,7 @@ from schedmesh.framework.interface import (CycleState, EnqueueExtensions, Filter
 from schedmesh.plugins.node_affinity.args import parse_args
 from schedmesh.plugins.node_affinity.matcher import (OBJECT_NAME_FIELD, OP_IN, PreferredTerms, RequiredNodeAffinity,
                                                      pod_preferred_terms, required_node_affinity)
-from schedmesh.plugins.taint_toleration.normalize import default_normalize_score
+from schedmesh.plugins.helper.normalize import default_normalize_score
 
 NAME = "NodeAffinity"
 PRE_FILTER_STATE_KEY = "PreFilter" + NAME

@@ -20,7 +20,7 @@ from schedmesh.api.types import Pod
 from schedmesh.cache.node_info import NodeInfo
 from schedmesh.cache.snapshot import Columns
 from schedmesh.plugins.node_resources.args import ResourceSpec
-from schedmesh.plugins.node_resources.gomath import wrap64
+from schedmesh.plugins.helper.gomath import wrap64
 from schedmesh.plugins.node_resources.requests import scoring_requests
 from schedmesh.plugins.node_resources.rows import Rows
 from schedmesh.plugins.node_resources.scorers import ResourceScorer

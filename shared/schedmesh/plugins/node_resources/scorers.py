@@ -16,7 +16,7 @@ import numpy as np
 
 from schedmesh.framework.interface import MAX_NODE_SCORE
 from schedmesh.plugins.node_resources.args import MAX_CUSTOM_PRIORITY_SCORE, MAX_UTILIZATION, ShapePoint
-from schedmesh.plugins.node_resources.gomath import (
+from schedmesh.plugins.helper.gomath import (
     div64,
     div64_arr,
     round_half_away,

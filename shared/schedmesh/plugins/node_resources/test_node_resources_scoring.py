@@ -18,7 +18,7 @@ from schedmesh.framework.interface import Code, CycleState
 from schedmesh.plugins.node_resources import BalancedAllocation, Fit
 from schedmesh.plugins.node_resources._test_builders import make_node, make_pod, sidecar, snapshot
 from schedmesh.plugins.node_resources.args import ShapePoint
-from schedmesh.plugins.node_resources.gomath import div64, div64_arr, round_half_away, round_half_away_arr
+from schedmesh.plugins.helper.gomath import div64, div64_arr, round_half_away, round_half_away_arr
 from schedmesh.plugins.node_resources.scorers import BrokenLinear
 
 XYZ = "abc.com/xyz"

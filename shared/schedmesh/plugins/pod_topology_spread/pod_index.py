@@ -29,7 +29,7 @@ Posting = dict[int, list[Mapping[str, str]]]  # node row -> labels of its pods i
 class PodLabelIndex:
     """Non-terminating pods of one snapshot, indexed by namespace and label."""
 
-    __slots__ = ("_infos", "_gens", "_rows", "_by_label", "_by_key", "_by_ns")
+    __slots__ = ("_infos", "_gens", "_rows", "_by_label", "_by_key", "_by_ns", "_snapshot_gen")
 
     def __init__(self) -> None:
         self._infos: Optional[list] = None
@@ -38,9 +38,13 @@ class PodLabelIndex:
         self._by_label: dict[tuple[str, str, str], Posting] = {}
         self._by_key: dict[tuple[str, str], Posting] = {}
         self._by_ns: dict[str, Posting] = {}
+        self._snapshot_gen = -1
 
     # ---- keeping up with the snapshot ---------------------------------------------------------
     def refresh(self, snapshot) -> "PodLabelIndex":
+        if snapshot.generation == self._snapshot_gen and snapshot.node_info_list is self._infos:
+            return self  # nothing changed since the last refresh
+        self._snapshot_gen = snapshot.generation
         infos = snapshot.node_info_list
         n = len(infos)
         gens = np.fromiter(map(_generation, infos), np.int64, n)

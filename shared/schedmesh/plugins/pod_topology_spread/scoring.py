@@ -12,54 +12,19 @@ system defaulting, where nodes need not carry every key).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from schedmesh.api.types import Pod
-from schedmesh.plugins.node_resources.gomath import round_half_away, round_half_away_arr
+from schedmesh.plugins.helper.gomath import go_log, round_half_away, round_half_away_arr
 from schedmesh.plugins.pod_topology_spread.common import (LABEL_HOSTNAME, NodeInclusion, SpreadConstraint,
                                                           count_pods_match_selector)
 
 PRE_SCORE_STATE_KEY = "PreScorePodTopologySpread"
 MAX_NODE_SCORE = 100
 MAX_INT64 = 2**63 - 1
-
-# math.Log as Go computes it on amd64 (archLog, FreeBSD's e_log.c in SSE2, no FMA). It is not
-# always the correctly rounded log that Python's math.log returns (log(3) differs by one ulp),
-# and the weight feeds a rounding, so the exact Go value matters.
-_LN2_HI = 6.93147180369123816490e-01
-_LN2_LO = 1.90821492927058770002e-10
-_L1, _L2, _L3, _L4 = 6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01, 2.222219843214978396e-01
-_L5, _L6, _L7 = 1.818357216161805012e-01, 1.531383769920937332e-01, 1.479819860511658591e-01
-_HALF_SQRT2 = 7.07106781186547524401e-01
-
-
-def go_log(x: float) -> float:
-    """Go's math.Log (amd64). Candidate for the shared Go-math helpers."""
-    if x != x or x == math.inf:
-        return x
-    if x < 0:
-        return math.nan
-    if x == 0:
-        return -math.inf
-    f1, ki = math.frexp(x)
-    if f1 <= _HALF_SQRT2:  # the assembly's "not (sqrt2/2 < f1)"
-        f1 *= 2
-        ki -= 1
-    f = f1 - 1
-    k = float(ki)
-    s = f / (2 + f)
-    s2 = s * s
-    s4 = s2 * s2
-    t1 = s2 * (_L1 + s4 * (_L3 + s4 * (_L5 + s4 * _L7)))
-    t2 = s4 * (_L2 + s4 * (_L4 + s4 * _L6))
-    r = t1 + t2
-    hfsq = 0.5 * f * f
-    return k * _LN2_HI - ((hfsq - (s * (hfsq + r) + k * _LN2_LO)) - f)
-
 
 def topology_normalizing_weight(size: int) -> float:
     return go_log(float(size + 2))

@@ -24,7 +24,8 @@ from schedmesh.plugins.pod_topology_spread.common import count_pods_match_select
 from schedmesh.plugins.pod_topology_spread.filtering import (MAX_INT32, PRE_FILTER_STATE_KEY, CriticalPaths,
                                                              initial_critical_paths)
 from schedmesh.plugins.pod_topology_spread.pod_index import PodLabelIndex
-from schedmesh.plugins.pod_topology_spread.scoring import PRE_SCORE_STATE_KEY, go_log, topology_normalizing_weight
+from schedmesh.plugins.helper.gomath import go_log
+from schedmesh.plugins.pod_topology_spread.scoring import PRE_SCORE_STATE_KEY, topology_normalizing_weight
 
 DNS, SA = "DoNotSchedule", "ScheduleAnyway"
 HOST = "kubernetes.io/hostname"

@@ -16,7 +16,7 @@ from schedmesh.framework.events import (ActionType, ClusterEvent, ClusterEventWi
                                         QueueingHint)
 from schedmesh.framework.interface import (CycleState, EnqueueExtensions, FilterPlugin, FilterVerdicts,
                                            PluginError, PreScorePlugin, ScorePlugin, Status)
-from schedmesh.plugins.taint_toleration.normalize import default_normalize_score
+from schedmesh.plugins.helper.normalize import default_normalize_score
 from schedmesh.plugins.taint_toleration.tolerations import (
     DEFAULT_ENABLE_COMPARISON_OPERATORS, count_intolerable_prefer_no_schedule, do_not_schedule_taints_filter,
     find_matching_untolerated_taint, intolerable_prefer_no_schedule_per_group, prefer_no_schedule_tolerations,

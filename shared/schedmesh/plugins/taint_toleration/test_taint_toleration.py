@@ -15,7 +15,7 @@ from schedmesh.framework.interface import Code, CycleState
 from schedmesh.plugins.taint_toleration import (TaintToleration, count_intolerable_prefer_no_schedule,
                                                 do_not_schedule_taints_filter, find_matching_untolerated_taint,
                                                 toleration_tolerates_taint)
-from schedmesh.plugins.taint_toleration.normalize import default_normalize_score
+from schedmesh.plugins.helper.normalize import default_normalize_score
 
 NS, PNS, NE = "NoSchedule", "PreferNoSchedule", "NoExecute"
 

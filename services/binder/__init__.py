@@ -1,0 +1,1 @@
+"""The binder service: the authoritative per-node ledger (see docs/mesh.md, schedmesh.mesh.binder)."""

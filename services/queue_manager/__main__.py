@@ -1,0 +1,46 @@
+"""schedmesh queue-manager: the Scheduler API, the priority queue and the scheduling loop."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+from schedmesh.mesh.queue_manager import QueueManagerConfig, serve
+
+
+def _targets(s: str | None) -> list[str]:
+    return [t.strip() for t in (s or "").split(",") if t.strip()]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="queue-manager", description=__doc__)
+    p.add_argument("--port", type=int, default=int(os.environ.get("SCHEDMESH_PORT", "0")))
+    p.add_argument("--bootstrap", default=os.environ.get("SCHEDMESH_KAFKA", "127.0.0.1:9092"))
+    p.add_argument("--filter-workers", default=os.environ.get("SCHEDMESH_FILTER_WORKERS"),
+                   help="host:port,... of the filter shards")
+    p.add_argument("--score-workers", default=os.environ.get("SCHEDMESH_SCORE_WORKERS"),
+                   help="host:port,... of the score shards")
+    p.add_argument("--binder", default=os.environ.get("SCHEDMESH_BINDER"), help="host:port of the binder")
+    p.add_argument("--config", default=os.environ.get("SCHEDMESH_CONFIG"),
+                   help="KubeSchedulerConfiguration file (default: the default profile)")
+    p.add_argument("--client-id", default=os.environ.get("SCHEDMESH_CLIENT_ID", "queue-manager"))
+    p.add_argument("--tie-break", choices=("random", "name"), default="random")
+    a = p.parse_args()
+    filters, scores = _targets(a.filter_workers), _targets(a.score_workers)
+    if not filters or not scores:
+        p.error("--filter-workers and --score-workers need at least one host:port each")
+    if not a.binder:
+        p.error("--binder is required")
+    cfg = QueueManagerConfig(filter_workers=filters, score_workers=scores, binder=a.binder, client_id=a.client_id,
+                             tie_break=a.tie_break)
+    if a.config:
+        from schedmesh.framework.config import load_scheduler_config
+        sc = load_scheduler_config(a.config)
+        cfg.profiles = sc.profiles
+        cfg.percentage_of_nodes_to_score = sc.percentage_of_nodes_to_score
+        cfg.pod_initial_backoff_seconds = float(sc.pod_initial_backoff_seconds)
+        cfg.pod_max_backoff_seconds = float(sc.pod_max_backoff_seconds)
+    asyncio.run(serve(cfg, a.bootstrap, a.port))
+
+
+main()

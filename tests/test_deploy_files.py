@@ -1,0 +1,177 @@
+"""Static checks of docker-compose.yml, the Dockerfile and deploy/kubernetes (no Docker or cluster needed)."""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yml"
+K8S = ROOT / "deploy" / "kubernetes"
+PORT = 50051
+SCHEDMESH_SERVICES = {"queue-manager", "filter-worker", "score-worker", "binder", "kubelet-agent"}
+
+
+def _compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def _k8s_docs() -> list[dict]:
+    docs = []
+    for f in sorted(K8S.glob("*.yaml")):
+        if f.name != "kustomization.yaml":
+            docs += [d for d in yaml.safe_load_all(f.read_text()) if d]
+    return docs
+
+
+def _module_of(cmd: list[str]) -> str | None:
+    return cmd[cmd.index("-m") + 1] if "-m" in cmd else None
+
+
+def _assert_service_module(module: str) -> None:
+    assert module.startswith("services."), module
+    pkg = ROOT / "services" / module.split(".", 1)[1]
+    # services being written concurrently may not exist yet; the name must still be well-formed
+    assert re.fullmatch(r"services\.[a-z_]+", module)
+    if pkg.exists():
+        assert (pkg / "__main__.py").exists(), f"{module} has no __main__"
+
+
+def _containers(doc: dict) -> list[dict]:
+    return doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+
+
+def test_compose_services_and_healthchecks():
+    services = _compose()["services"]
+    assert SCHEDMESH_SERVICES | {"kafka", "jaeger"} <= set(services)
+    for name, s in services.items():
+        assert "healthcheck" in s and s["healthcheck"]["test"], f"{name} has no healthcheck"
+        if name in SCHEDMESH_SERVICES:
+            assert "grpc_health" in " ".join(s["healthcheck"]["test"]), name
+            assert f"127.0.0.1:{PORT}" in " ".join(s["healthcheck"]["test"]), name
+            assert s["environment"]["SCHEDMESH_PORT"] == str(PORT)
+            assert s["environment"]["SCHEDMESH_HOST"] == "0.0.0.0"
+            _assert_service_module(_module_of(s["command"]))
+            assert s["depends_on"]["kafka"]["condition"] == "service_healthy"
+
+
+def test_compose_worker_addresses_match_ports():
+    services = _compose()["services"]
+    qm = services["queue-manager"]
+    assert f"binder:{PORT}" in qm["command"]
+    for kind in ("filter", "score"):
+        tmpl = qm["environment"][f"SCHEDMESH_{kind.upper()}_WORKERS_TEMPLATE"]
+        worker = services[f"{kind}-worker"]["environment"]["SCHEDMESH_REPLICA_NAME_TEMPLATE"]
+        assert tmpl == f"{worker}:{PORT}"
+        assert qm["environment"][f"SCHEDMESH_{kind.upper()}_SHARDS"] == services[f"{kind}-worker"]["environment"]["SCHEDMESH_SHARDS"]
+        assert qm["depends_on"][f"{kind}-worker"]["condition"] == "service_healthy"
+
+
+def test_compose_no_absolute_host_paths():
+    for name, s in _compose()["services"].items():
+        for v in s.get("volumes", []):
+            src = v.split(":", 1)[0] if isinstance(v, str) else v.get("source", "")
+            assert not src.startswith("/") and not src.startswith("~"), f"{name}: {v}"
+            if src.startswith("."):
+                assert (ROOT / src).exists(), f"{name}: {src} does not exist"
+    for f in [COMPOSE, ROOT / "Dockerfile", *K8S.glob("*.yaml"), ROOT / "deploy" / "README.md"]:
+        assert "/work/" not in f.read_text() and "/home/" not in f.read_text().replace("/home/schedmesh", ""), f
+
+
+def test_kubernetes_manifests():
+    docs = _k8s_docs()
+    by_kind: dict[str, dict[str, dict]] = {}
+    for d in docs:
+        assert d.get("apiVersion") and d.get("kind") and d.get("metadata", {}).get("name"), d
+        by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
+    for name in ("filter-worker", "score-worker"):
+        sts = by_kind["StatefulSet"][name]
+        assert by_kind["Service"][name]["spec"]["clusterIP"] == "None"
+        assert sts["spec"]["serviceName"] == name
+        env = {e["name"]: e for e in _containers(sts)[0]["env"]}
+        assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+        assert "SCHEDMESH_SHARDS" in env
+    assert "kafka" in by_kind["StatefulSet"]
+    for kind in ("Deployment", "StatefulSet"):
+        for name, d in by_kind[kind].items():
+            sel = d["spec"]["selector"]["matchLabels"]
+            assert sel.items() <= d["spec"]["template"]["metadata"]["labels"].items(), name
+            for c in _containers(d):
+                assert c["resources"]["requests"], name
+                assert "readinessProbe" in c and "livenessProbe" in c, name
+                if name in SCHEDMESH_SERVICES:
+                    _assert_service_module(_module_of(c["args"]))
+                    assert c["readinessProbe"]["grpc"]["port"] == PORT
+                    assert c["livenessProbe"]["grpc"]["port"] == PORT
+                    assert c["ports"][0]["containerPort"] == PORT
+                    assert "command" not in c, "command would bypass the image entrypoint"
+    for name in SCHEDMESH_SERVICES:
+        assert by_kind["Service"][name]["spec"]["ports"][0]["port"] == PORT
+
+
+def test_kustomization_lists_every_manifest_and_counts_match():
+    k = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    files = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(k["resources"]) == files
+    shards = dict(lit.split("=", 1) for lit in next(g for g in k["configMapGenerator"]
+                                                     if g["name"] == "schedmesh-shards")["literals"])
+    replicas = {r["name"]: r["count"] for r in k["replicas"]}
+    assert int(shards["FILTER_SHARDS"]) == replicas["filter-worker"]
+    assert int(shards["SCORE_SHARDS"]) == replicas["score-worker"]
+    env = dict(lit.split("=", 1) for lit in next(g for g in k["configMapGenerator"]
+                                                  if g["name"] == "schedmesh-env")["literals"])
+    assert env["SCHEDMESH_PORT"] == str(PORT) and env["SCHEDMESH_KAFKA"] == "kafka:9092"
+
+
+def test_nodepool_configmap_matches_demo_pool():
+    cm = next(d for d in _k8s_docs() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "kubelet-agent-nodepool")
+    assert cm["data"]["nodepool.yaml"] == (ROOT / "deploy" / "nodepools" / "demo.yaml").read_text()
+
+
+def test_dockerfile_generates_protos_and_runs_non_root():
+    text = (ROOT / "Dockerfile").read_text()
+    assert text.startswith("#") and "FROM python:3.11-slim" in text
+    assert "grpc_tools.protoc" in text and "pip install ." in text
+    assert re.search(r"^USER (?!root|0)", text, re.M)
+    ignored = (ROOT / ".dockerignore").read_text()
+    assert "*_pb2.py" in ignored and ".venv" in ignored
+
+
+def _entrypoint():
+    spec = importlib.util.spec_from_file_location("entrypoint", ROOT / "deploy" / "docker" / "entrypoint.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_entrypoint_shard_from_pod_name_and_worker_lists():
+    ep = _entrypoint()
+    _, env = ep.build(["python"], {"POD_NAME": "score-worker-3"})
+    assert env["SCHEDMESH_SHARD"] == "3"
+    _, env = ep.build(["python"], {"POD_NAME": "x-1", "SCHEDMESH_SHARD": "0"})
+    assert env["SCHEDMESH_SHARD"] == "0"
+    args, _ = ep.build(["python", "-m", "services.queue_manager"],
+                       {"SCHEDMESH_FILTER_SHARDS": "2", "SCHEDMESH_FILTER_WORKERS_TEMPLATE": "fw-{n}:1",
+                        "SCHEDMESH_SCORE_SHARDS": "1", "SCHEDMESH_SCORE_WORKERS_TEMPLATE": "sw-{i}.sw:1"})
+    assert args[-4:] == ["--filter-workers", "fw-1:1,fw-2:1", "--score-workers", "sw-0.sw:1"]
+
+
+def test_entrypoint_shard_from_compose_replica_name(monkeypatch):
+    ep = _entrypoint()
+    addrs = {"own": "10.0.0.7", "p-w-1": "10.0.0.5", "p-w-2": "10.0.0.7"}
+    monkeypatch.setattr(ep.socket, "gethostname", lambda: "own")
+    monkeypatch.setattr(ep.socket, "gethostbyname", lambda h: addrs[h])
+
+    def ex(h):
+        if h not in addrs:
+            raise OSError(h)
+        return h, [], [addrs[h]]
+    monkeypatch.setattr(ep.socket, "gethostbyname_ex", ex)
+    _, env = ep.build(["python"], {"SCHEDMESH_REPLICA_NAME_TEMPLATE": "p-w-{n}", "SCHEDMESH_SHARDS": "3"})
+    assert env["SCHEDMESH_SHARD"] == "1"
+    with pytest.raises(SystemExit):
+        ep._replica_number("p-w-{n}", 1, timeout=0)
