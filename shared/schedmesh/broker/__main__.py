@@ -62,7 +62,7 @@ async def _run(args: argparse.Namespace) -> int:
             return code or 1
         try:
             await asyncio.wait_for(stop.wait(), timeout=0.5)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
     await broker.aclose()
     return 0

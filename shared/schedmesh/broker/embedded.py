@@ -56,7 +56,7 @@ class BrokerError(RuntimeError):
     """The embedded broker could not be located, started or reached."""
 
 
-class _PortInUse(BrokerError):
+class _PortInUseError(BrokerError):
     """Another process (maybe another broker) already listens on the port."""
 
 
@@ -259,8 +259,8 @@ class EmbeddedBroker:
                 return self
             except BrokerError as exc:
                 self._failed = True
-                await self.astop(timeout=1.0)
-                port_taken = isinstance(exc, _PortInUse) or "AddrInUse" in self.log_tail()
+                await self._astop_process(timeout=1.0)
+                port_taken = isinstance(exc, _PortInUseError) or "AddrInUse" in self.log_tail()
                 if port_taken and attempt + 1 < attempts:
                     self._port = free_port(self._host)
                     continue
@@ -329,7 +329,7 @@ class EmbeddedBroker:
                 await asyncio.wait_for(self._probe_once(), timeout=5.0)
                 self._check_alive(proc)
                 return
-            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, KafkaError, OSError) as exc:
                 last_error = exc
             await asyncio.sleep(0.05)
         raise BrokerError(self._describe(f"not ready in time (last error: {last_error!r})"))
@@ -344,7 +344,7 @@ class EmbeddedBroker:
         try:
             cluster = await admin.describe_cluster()
             if cluster.get("cluster_id") != self._cluster_id:
-                raise _PortInUse(
+                raise _PortInUseError(
                     self._describe(
                         f"another broker answers on {self.bootstrap_servers} "
                         f"(cluster id {cluster.get('cluster_id')!r})"
@@ -377,11 +377,40 @@ class EmbeddedBroker:
 
         Sends SIGINT (Tansu's immediate clean shutdown), then SIGTERM after one second
         (Tansu waits up to ~5 s for connected clients on SIGTERM), then SIGKILL once
-        ``timeout`` (default ``stop_timeout``) has passed.
+        ``timeout`` (default ``stop_timeout``) has passed. A temporary log file is
+        removed unless the broker had crashed or failed to start.
         """
+        code = self._stop_process(timeout)
+        self._discard_temp_log()
+        return code
+
+    async def astop(self, timeout: float | None = None) -> int | None:
+        """Like :meth:`stop`, polling instead of blocking the event loop."""
+        code = await self._astop_process(timeout)
+        self._discard_temp_log()
+        return code
+
+    async def _astop_process(self, timeout: float | None) -> int | None:
         proc = self._proc
         if proc is None:
             return None
+        self._note_crash(proc)
+        total = self._stop_timeout if timeout is None else timeout
+        start = time.monotonic()
+        for sig, until in self._signal_plan(total):
+            if proc.poll() is not None:
+                break
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
+            while proc.poll() is None and time.monotonic() < start + until:
+                await asyncio.sleep(0.02)
+        return self._reap(proc)
+
+    def _stop_process(self, timeout: float | None) -> int | None:
+        proc = self._proc
+        if proc is None:
+            return None
+        self._note_crash(proc)
         total = self._stop_timeout if timeout is None else timeout
         start = time.monotonic()
         for sig, until in self._signal_plan(total):
@@ -393,21 +422,22 @@ class EmbeddedBroker:
                 proc.wait(timeout=max(0.0, start + until - time.monotonic()))
         return self._reap(proc)
 
-    async def astop(self, timeout: float | None = None) -> int | None:
-        """Like :meth:`stop`, polling instead of blocking the event loop."""
-        proc = self._proc
-        if proc is None:
-            return None
-        total = self._stop_timeout if timeout is None else timeout
-        start = time.monotonic()
-        for sig, until in self._signal_plan(total):
-            if proc.poll() is not None:
-                break
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(sig)
-            while proc.poll() is None and time.monotonic() < start + until:
-                await asyncio.sleep(0.02)
-        return self._reap(proc)
+    def _note_crash(self, proc: subprocess.Popen[bytes]) -> None:
+        code = proc.poll()
+        if code is not None and code != 0:
+            log.warning(
+                "tansu on %s had exited with %s; log kept at %s",
+                self.bootstrap_servers,
+                code,
+                self._log_path,
+            )
+            self._failed = True
+
+    def _discard_temp_log(self) -> None:
+        if self._own_log and self._log_path is not None and not self._failed:
+            with contextlib.suppress(FileNotFoundError):
+                self._log_path.unlink()
+            self._log_path = None
 
     def kill(self) -> int | None:
         """SIGKILL the broker at once (simulates a crash)."""
@@ -437,12 +467,13 @@ class EmbeddedBroker:
         return code
 
     def restart(self, timeout: float | None = None) -> Self:
-        """Stop and start again on the same port (memory storage: all topics are gone)."""
-        self.stop(timeout)
+        """Stop and start again on the same port (memory storage: all topics are gone).
+        The log file is kept and appended to."""
+        self._stop_process(timeout)
         return self.start()
 
     async def arestart(self, timeout: float | None = None) -> Self:
-        await self.astop(timeout)
+        await self._astop_process(timeout)
         return await self.astart()
 
     def wait(self) -> int:
@@ -452,16 +483,11 @@ class EmbeddedBroker:
         return self._proc.wait()
 
     def close(self) -> None:
-        """Stop the broker and remove the temporary log file (kept if a start failed)."""
+        """Stop the broker (alias of :meth:`stop`, for ``contextlib.closing``)."""
         self.stop()
-        if self._own_log and self._log_path is not None and not self._failed:
-            with contextlib.suppress(FileNotFoundError):
-                self._log_path.unlink()
-            self._log_path = None
 
     async def aclose(self) -> None:
         await self.astop()
-        self.close()
 
     # ----------------------------------------------------------------- context managers
     def __enter__(self) -> Self:

@@ -73,7 +73,7 @@ def test_sync_context_manager_roundtrip() -> None:
         assert asyncio.run(roundtrip()) == [(b"k", b"v")]
     assert not broker.running
     assert not _port_open(broker.port)
-    assert not log_path.exists(), "temporary log removed after a clean run"
+    assert not log_path.exists(), "temporary log removed after a clean stop"
 
 
 async def test_async_context_manager_restart_keeps_port_and_loses_topics() -> None:
@@ -148,6 +148,20 @@ def test_kill_simulates_a_crash() -> None:
         assert not broker.running
         broker.start()  # and it can come back on the same port
         assert broker.running
+
+
+def test_a_crashed_broker_keeps_its_temporary_log() -> None:
+    broker = EmbeddedBroker().start()
+    log_path = broker.log_path
+    assert log_path is not None
+    os.kill(broker.pid or 0, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while broker.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert broker.stop() == -signal.SIGKILL
+    assert log_path.exists(), "kept for diagnosis"
+    assert "tansu broker 0.6.0" in log_path.read_text()
+    log_path.unlink()
 
 
 def test_module_entry_point_runs_in_foreground() -> None:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import ConsumerStoppedError, KafkaError
 
 from schedmesh.bus.records import Record
 from schedmesh.bus.topics import TopicSpec, spec_for
@@ -20,6 +19,8 @@ from schedmesh.bus.watch import (
     BusError,
     RestartCallback,
     call_restart_callback,
+    cancel_and_wait,
+    raise_if_cancelling,
 )
 from schedmesh.telemetry.propagation import extract_kafka_headers
 
@@ -49,8 +50,9 @@ class EventConsumer:
     underlying aiokafka consumer, opens a new one that reads the new (empty) topics from
     offset 0, increments ``restart_count`` and calls ``on_restart`` - before returning
     any record of the new broker, except for records read in the short window before the
-    probe noticed (those are delivered again afterwards: expect duplicates, never
-    loss). ``Record.epoch`` tells which broker lifetime a record came from.
+    probe noticed (those are delivered again afterwards: expect duplicates, but nothing
+    stored on the new broker is skipped). ``Record.epoch`` tells which broker lifetime a
+    record came from. ``probe_interval=None`` disables all of this.
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class EventConsumer:
         self._restart_pending = False
         self._down = False
         self._restart_count = 0
+        self._recoveries = 0
         self._stopped = False
         self._open_timeout = 30.0
 
@@ -122,11 +125,8 @@ class EventConsumer:
 
     async def stop(self) -> None:
         self._stopped = True
-        if self._monitor is not None:
-            self._monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._monitor
-            self._monitor = None
+        await cancel_and_wait(self._monitor)
+        self._monitor = None
         consumer, self._consumer = self._consumer, None
         await self._close(consumer)
         await self._watch.close()
@@ -189,7 +189,7 @@ class EventConsumer:
             return
         try:
             await asyncio.wait_for(consumer.stop(), 5.0)
-        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, KafkaError, OSError) as exc:
             log.warning("consumer stop: %r", exc)
 
     # ------------------------------------------------------------------ reading
@@ -198,6 +198,7 @@ class EventConsumer:
 
     async def __anext__(self) -> Record:
         while not self._buffer:
+            raise_if_cancelling()
             if self._stopped:
                 raise StopAsyncIteration
             self._buffer.extend(await self._fetch(self._poll_interval, None))
@@ -274,6 +275,8 @@ class EventConsumer:
             return []
         try:
             batches = await consumer.getmany(timeout_ms=int(timeout * 1000), max_records=max_records)
+        except ConsumerStoppedError:  # stop() was called while we were waiting
+            return []
         except _TRANSIENT as exc:
             log.debug("fetch failed: %r", exc)
             await asyncio.sleep(self._poll_interval)
@@ -320,22 +323,21 @@ class EventConsumer:
     async def _handle_restart_if_pending(self) -> None:
         if not self._restart_pending or self._stopped:
             return
+        # cleared first: a restart reported while we recover is handled again afterwards
+        self._restart_pending = False
+        self._recoveries += 1
         try:
             await self._watch.ensure_topics(self._specs)
-        except _TRANSIENT as exc:
-            log.debug("re-creating topics failed, will retry: %r", exc)
-            return
-        old, self._consumer = self._consumer, None
-        await self._close(old)
-        self._buffer.clear()
-        self._delivered.clear()
-        try:
+            old, self._consumer = self._consumer, None
+            await self._close(old)
+            self._buffer.clear()
+            self._delivered.clear()
             # the new broker's topics hold only new records: read all of them
             await self._open(from_beginning=True)
         except _TRANSIENT as exc:
-            log.warning("re-opening consumer after broker restart failed, will retry: %r", exc)
+            log.warning("recovering from a broker restart failed, will retry: %r", exc)
+            self._restart_pending = True
             return
-        self._restart_pending = False
         self._restart_count += 1
         log.info("consumer of %s resumed on the restarted broker", self._topics)
         await call_restart_callback(self._on_restart, "EventConsumer")
@@ -343,12 +345,14 @@ class EventConsumer:
     async def _watch_broker(self) -> None:
         assert self._probe_interval
         while True:
+            raise_if_cancelling()
             await asyncio.sleep(self._probe_interval)
+            recoveries_before = self._recoveries
             state = await self._watch.probe(self._topics)
-            if state is BrokerState.DOWN:
-                self._down = True
-            elif state is BrokerState.RESTARTED:
-                self._down = False
+            self._down = state is BrokerState.DOWN
+            if state is BrokerState.RESTARTED:
                 self._restart_pending = True
-            else:
-                self._down = False
+            elif state is BrokerState.TOPICS_MISSING and self._recoveries == recoveries_before:
+                # (if the reader began a recovery meanwhile, it re-creates the topics
+                # after this probe listed them: the answer is stale)
+                self._restart_pending = True

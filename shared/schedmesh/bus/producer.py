@@ -23,6 +23,8 @@ from schedmesh.bus.watch import (
     BusError,
     RestartCallback,
     call_restart_callback,
+    cancel_and_wait,
+    raise_if_cancelling,
 )
 from schedmesh.telemetry.propagation import inject_kafka_headers
 
@@ -131,16 +133,13 @@ class EventProducer:
         return self
 
     async def stop(self) -> None:
-        if self._monitor is not None:
-            self._monitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._monitor
-            self._monitor = None
+        await cancel_and_wait(self._monitor)
+        self._monitor = None
         producer, self._producer = self._producer, None
         if producer is not None:
             try:
                 await asyncio.wait_for(producer.stop(), 10.0)
-            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, KafkaError, OSError) as exc:
                 log.warning("producer stop: %r", exc)
         await self._watch.close()
         self._ready.clear()
@@ -182,8 +181,9 @@ class EventProducer:
             if span is not None:
                 span.set_attribute("messaging.destination.partition.id", str(meta.partition))
                 span.set_attribute("messaging.kafka.message.offset", meta.offset)
-        self._seq += 1
-        self._unconfirmed.append(replace(pending, seq=self._seq))
+        if self._probe_interval:  # without the probe nothing would ever confirm them
+            self._seq += 1
+            self._unconfirmed.append(replace(pending, seq=self._seq))
         return Sent(meta.topic, meta.partition, meta.offset, meta.timestamp)
 
     async def _send_with_retry(
@@ -209,7 +209,7 @@ class EventProducer:
                     ),
                     timeout=max(0.1, deadline - loop.time()),
                 )
-            except (KafkaError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, KafkaError) as exc:
                 if not _retriable(exc):
                     raise
                 if loop.time() >= deadline:
@@ -252,7 +252,7 @@ class EventProducer:
         remaining = deadline - asyncio.get_running_loop().time()
         try:
             await asyncio.wait_for(self._ready.wait(), max(remaining, 0.0))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise BusError(f"broker {self._bootstrap} unavailable; send to {topic} timed out") from None
 
     # ------------------------------------------------------------------ restarts
@@ -260,6 +260,7 @@ class EventProducer:
         assert self._probe_interval
         restart_pending = False
         while True:
+            raise_if_cancelling()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._probe_interval)
             self._wake.clear()
@@ -268,7 +269,7 @@ class EventProducer:
             if state is BrokerState.DOWN:
                 self._ready.clear()
                 continue
-            if state is BrokerState.RESTARTED:
+            if state in (BrokerState.RESTARTED, BrokerState.TOPICS_MISSING):
                 restart_pending = True
                 self._ready.clear()
             if not restart_pending:
@@ -280,7 +281,7 @@ class EventProducer:
             try:
                 await self._watch.ensure_topics(self._specs.values())
                 await self._resend_unconfirmed()
-            except (KafkaError, OSError, asyncio.TimeoutError, BusError) as exc:
+            except (TimeoutError, KafkaError, OSError, BusError) as exc:
                 log.warning("recovering from a broker restart failed, will retry: %r", exc)
                 continue
             restart_pending = False

@@ -8,14 +8,16 @@ should be an explicit event or a tombstone (``value=None``): then replaying a to
 from the beginning and keeping the last record per key rebuilds a cache (the informer
 pattern), and the topics can be compacted on a real Kafka.
 
-| topic               | key                 | value (events.proto) | written by -> read by                                     |
-|---------------------|---------------------|----------------------|-----------------------------------------------------------|
-| schedmesh.pods      | pod uid             | PodEvent             | queue-manager (admission), agent (status), preemption     |
-|                     |                     |                      | (nominatedNodeName) -> queue-manager, workers, preemption |
-| schedmesh.nodes     | node name           | NodeEvent            | kubelet agent -> everyone                                 |
-| schedmesh.bindings  | pod uid             | BindingEvent         | binder (bound / refused) -> queue-manager, workers, agent |
-| schedmesh.evictions | pod uid             | EvictionEvent        | preemption, agent -> agent, queue-manager                 |
-| schedmesh.events    | involved object uid | ClusterEvent         | everyone (k8s-style Events) -> cli `get events`, tests    |
+| topic               | key           | value (events.proto) | written by -> read by                       |
+|---------------------|---------------|----------------------|---------------------------------------------|
+| schedmesh.pods      | pod uid       | PodEvent             | queue-manager (admission), agent (status),  |
+|                     |               |                      | preemption (nomination) -> queue-manager,   |
+|                     |               |                      | workers, preemption                         |
+| schedmesh.nodes     | node name     | NodeEvent            | kubelet agent -> everyone                   |
+| schedmesh.bindings  | pod uid       | BindingEvent         | binder (bound/refused) -> queue-manager,    |
+|                     |               |                      | workers, agent                              |
+| schedmesh.evictions | pod uid       | EvictionEvent        | preemption, agent -> agent, queue-manager   |
+| schedmesh.events    | involved uid  | ClusterEvent         | everyone (k8s-style Events) -> cli, tests   |
 
 The message names are the intended ones for ``events.proto``; that file is owned by the
 protos work and wins if the two disagree.

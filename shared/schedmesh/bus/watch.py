@@ -2,11 +2,13 @@
 
 A memory-only broker (the embedded Tansu) forgets every topic, offset and group when it
 restarts, and aiokafka clients reconnect to it without noticing. :class:`BrokerWatch`
-notices: it polls ``describe_cluster()`` (one Metadata request) and reports
+notices: it polls ``list_topics()`` and ``describe_cluster()`` (two Metadata requests)
+and reports
 
 * ``DOWN`` while the broker does not answer,
-* ``RESTARTED`` when the cluster id changed (EmbeddedBroker uses a fresh id per start)
-  or one of the topics we rely on is gone (a restarted broker with a fixed id),
+* ``RESTARTED`` when the cluster id changed (EmbeddedBroker uses a fresh id per start),
+* ``TOPICS_MISSING`` when one of the topics we rely on is gone while the id is the same
+  (a restarted memory broker with a fixed id, or someone deleted the topic),
 * ``UP`` otherwise.
 
 On a real Kafka the cluster id is persistent, so a broker restart that keeps its data
@@ -20,6 +22,7 @@ import enum
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
@@ -42,6 +45,35 @@ class BrokerState(enum.Enum):
     UP = "up"
     DOWN = "down"
     RESTARTED = "restarted"
+    TOPICS_MISSING = "topics-missing"
+
+
+def raise_if_cancelling() -> None:
+    """Re-raise a cancellation that was swallowed on the way.
+
+    On Python 3.11 ``asyncio.wait_for`` (used here and inside aiokafka) returns the
+    result instead of raising when its inner future finishes at the moment the task is
+    cancelled; the task then keeps looping. The unbounded loops of the bus (the probe
+    tasks and the consumer's iterator) call this so ``task.cancel()`` always ends them.
+    Bounded loops (sends, start-up, catch_up) do not, so cleanup code of a cancelled
+    task can still use them.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None, timeout: float = 5.0) -> None:
+    """Cancel ``task`` and wait (bounded) until it has finished."""
+    if task is None or task.done():
+        return
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        log.warning("task %s did not stop within %.1fs", task.get_name(), timeout)
+        return
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("task %s ended with %r", task.get_name(), task.exception())
 
 
 async def call_restart_callback(callback: RestartCallback | None, who: str) -> None:
@@ -92,7 +124,7 @@ class BrokerWatch:
         if admin is not None:
             try:
                 await asyncio.wait_for(admin.close(), self._timeout)
-            except (KafkaError, OSError, asyncio.TimeoutError):
+            except (TimeoutError, KafkaError, OSError):
                 pass
 
     async def wait_until_up(self, timeout: float) -> str:
@@ -106,7 +138,7 @@ class BrokerWatch:
                 cluster = await asyncio.wait_for(admin.describe_cluster(), self._timeout)
                 self._cluster_id = cluster.get("cluster_id")
                 return self._cluster_id or ""
-            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, KafkaError, OSError) as exc:
                 last = exc
                 await self._drop_client()
             if loop.time() >= deadline:
@@ -117,9 +149,14 @@ class BrokerWatch:
         """One check of the broker's identity (and that ``expect_topics`` exist)."""
         try:
             admin = await self._client()
+            # Topics first, identity last: if the two requests straddle a restart, the
+            # cluster id still tells (the reverse order would blame "lost topics" on
+            # the old broker's identity and count the restart twice).
+            topics: set[str] = set()
+            if expect_topics:
+                topics = set(await asyncio.wait_for(admin.list_topics(), self._timeout))
             cluster = await asyncio.wait_for(admin.describe_cluster(), self._timeout)
-            topics = set(await asyncio.wait_for(admin.list_topics(), self._timeout)) if expect_topics else set()
-        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, KafkaError, OSError) as exc:
             log.debug("probe of %s failed: %r", self._bootstrap, exc)
             await self._drop_client()
             return BrokerState.DOWN
@@ -132,8 +169,8 @@ class BrokerWatch:
             return BrokerState.RESTARTED
         missing = [t for t in expect_topics if t not in topics]
         if missing:
-            log.warning("broker %s lost topics %s; treating as a restart", self._bootstrap, missing)
-            return BrokerState.RESTARTED
+            log.warning("broker %s lost topics %s", self._bootstrap, missing)
+            return BrokerState.TOPICS_MISSING
         return BrokerState.UP
 
     async def ensure_topics(self, topics: Iterable[str | TopicSpec]) -> list[str]:
@@ -173,7 +210,7 @@ class BrokerWatch:
         admin = await self._client()
         try:
             described = await asyncio.wait_for(admin.describe_topics(names), self._timeout)
-        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, KafkaError, OSError) as exc:
             log.debug("describe_topics %s failed: %r", names, exc)
             return
         for entry in described:

@@ -15,7 +15,7 @@ from schedmesh.api.load import Manifests, admit_all, load_files
 from schedmesh.api.types import Pod
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState
-from schedmesh.framework.profile import Profile, default_profile
+from schedmesh.framework.profile import Profile
 from schedmesh.framework.runtime import Framework, build_frameworks
 from schedmesh.scheduling.cycle import FitError, SchedulingAlgorithm, run_post_filter
 
@@ -139,10 +139,9 @@ def render_text(decisions: list[PodDecision], out: TextIO) -> None:
 
 def load_profiles(config_path: Optional[str]) -> tuple[list[Profile], int, list]:
     """Profiles, the global percentageOfNodesToScore and the extenders of a KubeSchedulerConfiguration."""
-    if not config_path:
-        return [default_profile()], 0, []
-    from schedmesh.framework.config import load_scheduler_config  # noqa: WPS433 (optional module)
-    cfg = load_scheduler_config(config_path)
+    from schedmesh.framework.config import default_scheduler_config, load_scheduler_config
+    # Without a file: kube-scheduler's defaulted configuration (default profile, default args).
+    cfg = load_scheduler_config(config_path) if config_path else default_scheduler_config()
     return cfg.profiles, cfg.percentage_of_nodes_to_score, cfg.build_extenders()
 
 

@@ -21,6 +21,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench-cycle", help="benchmark one scheduling cycle per pod in this process (JSON)")
     cycle_bench.add_arguments(p)
     p.set_defaults(func=cycle_bench.main)
+
+    from schedmesh.cli import mesh
+    mesh.register(sub)
+    from schedmesh.bench import mesh_bench
+    p = sub.add_parser("bench", help="benchmark scheduling throughput through the running mesh (JSON)")
+    mesh_bench.add_arguments(p)
+    p.set_defaults(func=mesh_bench.main)
     return parser
 
 

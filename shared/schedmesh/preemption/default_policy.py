@@ -148,10 +148,7 @@ class DefaultPreemptionPolicy:
             if st is not None and not st.is_success():
                 return [], 0, st
 
-            def more_important(a: "PodInfo", b: "PodInfo") -> bool:
-                return self.more_important_pod(a.pod, b.pod)
-
-            go_sort_slice(potential, more_important)
+            self._sort_by_importance(potential)
             violating, non_violating = filter_pods_with_pdb_violation(potential, pdbs)
             victims: list["PodInfo"] = []
 
@@ -172,10 +169,23 @@ class DefaultPreemptionPolicy:
                 reprieve(pi)
             # Each group was reprieved in importance order; interleave them back.
             if violating and non_violating:
-                go_sort_slice(victims, more_important)
+                self._sort_by_importance(victims)
             return [pi.pod for pi in victims], num_violating, Status(Code.SUCCESS)
         except _ExtensionError as e:
             return [], 0, Status(Code.ERROR, e.status.reasons, e.status.plugin, e)
+
+    def _sort_by_importance(self, pis: list["PodInfo"]) -> None:
+        """Most important first, in exactly the order Go's sort.Slice gives. With the default
+        order and every pod started, a key sort gives that order when it is unique, or when Go
+        insertion-sorts (up to 12 pods, stable like Python's sort); otherwise run Go's algorithm."""
+        if self.more_important_pod == self._default_more_important_pod and all(
+                pi.pod.start_time is not None for pi in pis):
+            keys = [(-pod_priority(pi.pod), pi.pod.start_time) for pi in pis]
+            if len(pis) <= 12 or len(set(keys)) == len(keys):
+                order = sorted(range(len(pis)), key=keys.__getitem__)
+                pis[:] = [pis[i] for i in order]
+                return
+        go_sort_slice(pis, lambda a, b: self.more_important_pod(a.pod, b.pod))
 
     def _remove(self, state: CycleState, pod: Pod, pi: "PodInfo", node_info: "NodeInfo") -> None:
         try:

@@ -181,7 +181,11 @@ class SchedulingAlgorithm:
                 nst = fw.run_filter_with_nominated_pods(state, pod, ni, nominator)
                 if nst is None or nst.is_success():
                     rows = np.array([ni.index], np.int64)
-                    rows = self._run_extender_filters(pod, snapshot, rows, diagnosis)
+                    try:
+                        # kube logs an extender failure here and falls back to all nodes.
+                        rows = self._run_extender_filters(pod, snapshot, rows, Diagnosis())
+                    except PluginError:
+                        rows = rows[:0]
                     if len(rows):
                         return rows, diagnosis
                 elif not nst.is_rejected():

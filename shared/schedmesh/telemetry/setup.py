@@ -105,7 +105,7 @@ def setup_tracing(
     exporters: Sequence[SpanExporter] = (),
     set_global: bool = True,
 ) -> TracerProvider | None:
-    """Configure tracing from ``OTEL_*`` variables; None (a no-op) when nothing is asked.
+    """Configure tracing from ``OTEL_*`` variables; None (a no-op) only with OTEL_SDK_DISABLED=true.
 
     ``exporters`` are added to those from the environment (useful in tests). With
     ``set_global`` the provider becomes the process-wide one used by
@@ -117,9 +117,11 @@ def setup_tracing(
             log.warning("setup_tracing called twice; keeping the provider already installed")
             return _installed
         all_exporters = [*_exporters_from_env(), *exporters]
-        if not all_exporters:
-            log.debug("tracing not configured; spans are no-ops")
+        if not all_exporters and (_env("OTEL_SDK_DISABLED") or "").lower() == "true":
+            log.debug("tracing disabled; spans are no-ops")
             return None
+        # Without an exporter spans are still created and propagated (every attempt has a
+        # trace id to show and to look up once an exporter is configured); none are sent.
         provider = make_tracer_provider(service_name, all_exporters)
         if set_global:
             if _global_was_set:

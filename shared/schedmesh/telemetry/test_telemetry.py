@@ -93,18 +93,21 @@ def test_grpc_metadata_roundtrip_case_insensitive() -> None:
 
 
 # ---------------------------------------------------------------- setup_tracing
-def test_setup_tracing_is_noop_without_configuration(clean_otel_env: None) -> None:
+def test_setup_tracing_without_configuration_traces_but_exports_nothing(clean_otel_env: None) -> None:
     assert not tracing_configured()
-    assert setup_tracing("svc", set_global=False) is None
+    provider = setup_tracing("svc", set_global=False)
+    assert provider is not None  # spans (and trace ids) exist, nothing is exported
+    with provider.get_tracer("t").start_as_current_span("s") as span:
+        assert span.get_span_context().is_valid
 
 
-def test_setup_tracing_none_exporter_wins(
+def test_setup_tracing_none_exporter_and_disabled(
     clean_otel_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
     assert tracing_configured()
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
-    assert setup_tracing("svc", set_global=False) is None
+    assert not tracing_configured()
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert setup_tracing("svc", set_global=False) is None

@@ -1,0 +1,267 @@
+"""`schedmesh bench`: scheduling throughput and latency through the mesh, end to end.
+
+Nodes come from the kubelet agent's node pool (a mesh started by the bench) or are applied as
+Node manifests (--use-running); init pods are applied pre-bound (spec.nodeName); the measured
+pods are submitted through Scheduler.Apply in batches, and their bindings are observed on the
+schedmesh.pods topic. Latency per pod = time its bound PodRecord was consumed - time its
+Apply request was sent. Prints one JSON object on stdout; progress goes to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Optional
+
+from schedmesh.bench.workloads import WORKLOADS
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", default="SchedulingBasic", choices=sorted(WORKLOADS))
+    p.add_argument("--nodes", type=int, default=5000)
+    p.add_argument("--init-pods", type=int, default=1000)
+    p.add_argument("--pods", type=int, default=5000)
+    p.add_argument("--filter-workers", type=int, default=2)
+    p.add_argument("--score-workers", type=int, default=2)
+    p.add_argument("--config", default=None, help="KubeSchedulerConfiguration for the bench's mesh")
+    p.add_argument("--use-running", action="store_true",
+                   help="use the mesh of `schedmesh up` in this directory (nodes are applied as Node manifests)")
+    p.add_argument("--batch", type=int, default=500, help="pods per Apply request")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for all pods to be bound")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--keep-logs", action="store_true", help="keep the bench mesh's logs even on success")
+
+
+def _percentile(sorted_vals: list[float], q: float) -> float:
+    if not sorted_vals:
+        return 0.0
+    k = min(len(sorted_vals) - 1, max(0, int(round(q / 100 * (len(sorted_vals) - 1)))))
+    return sorted_vals[k]
+
+
+class _BindWatcher:
+    """Follows schedmesh.pods in a background thread; records when each watched pod is first seen bound."""
+
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        self.bootstrap, self.prefix = bootstrap, prefix
+        self.bound: dict[str, float] = {}
+        self.nodes: dict[str, str] = {}
+        self.ready = threading.Event()
+        self.error: Optional[BaseException] = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        if not self.ready.wait(60):
+            raise RuntimeError(f"could not follow schedmesh.pods on {self.bootstrap}: {self.error}")
+        if self.error:
+            raise RuntimeError(f"could not follow schedmesh.pods on {self.bootstrap}: {self.error}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._follow())
+        except BaseException as e:  # reported by start() / the main loop
+            self.error = e
+            self.ready.set()
+
+    async def _follow(self) -> None:
+        from schedmesh.bus.consumer import EventConsumer
+        from schedmesh.v1 import events_pb2
+        consumer = EventConsumer(self.bootstrap, ["schedmesh.pods"], from_beginning=False,
+                                 client_id=f"bench-{self.prefix}")
+        await consumer.start()
+        self.ready.set()
+        try:
+            rec = events_pb2.PodRecord()
+            while not self._stop.is_set():
+                for r in await consumer.getmany(timeout=0.2):
+                    if not r.value:
+                        continue
+                    now = time.time()
+                    rec.ParseFromString(r.value)
+                    name = rec.pod.metadata.name
+                    if rec.deleted or not rec.pod.node_name or not name.startswith(self.prefix):
+                        continue
+                    if name not in self.bound:
+                        self.bound[name] = now
+                        self.nodes[name] = rec.pod.node_name
+        finally:
+            await consumer.stop()
+
+
+_last_line = [0.0]
+
+
+def _progress(done: int, total: int, t0: float) -> None:
+    """A text bar redrawn in place on a terminal; one line every 5 s (and at the end) otherwise."""
+    tty = sys.stderr.isatty()
+    if not tty and done < total and time.time() - _last_line[0] < 5:
+        return
+    _last_line[0] = time.time()
+    width = 40
+    frac = done / total if total else 1.0
+    el = time.time() - t0
+    rate = done / el if el > 0 else 0.0
+    bar = "#" * int(frac * width) + "." * (width - int(frac * width))
+    sys.stderr.write(f"{chr(13) if tty else ''}[{bar}] {done}/{total} bound  {el:6.1f}s  {rate:7.1f} pods/s "
+                     + ("" if tty else "\n"))
+    sys.stderr.flush()
+
+
+def _pool_for(nodes) -> tuple[dict, dict[str, str]]:
+    """A node-pool document reproducing the workload's nodes, and workload name -> pool node name."""
+    groups: dict[bool, list] = {}
+    for n in nodes:
+        groups.setdefault("nvidia.com/gpu" in n.allocatable, []).append(n)
+    pools, rename = [], {}
+    for gpu, members in groups.items():
+        pname = "gpu" if gpu else "node"
+        n0 = members[0]
+        entry = {"name": pname, "count": len(members), "cpu": str(n0.allocatable["cpu"]),
+                 "memory": str(int(n0.allocatable["memory"])), "pods": int(n0.allocatable.get("pods", 110)),
+                 "zones": ["zone-a", "zone-b", "zone-c"], "region": "region-1"}
+        if gpu:
+            entry["gpus"] = int(n0.allocatable["nvidia.com/gpu"])
+            entry["labels"] = {"accelerator": "nvidia"}
+            entry["taints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in n0.taints]
+        pools.append(entry)
+        for i, n in enumerate(members):
+            rename[n.name] = f"{pname}-{i}"
+    return {"pools": pools}, rename
+
+
+def _apply(client, items: list[dict], source: str) -> None:
+    from schedmesh.v1 import queue_pb2
+    client.call("Apply", queue_pb2.ApplyRequest(manifest=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                      "items": items}), source=source),
+                timeout=300)
+
+
+def main(args: argparse.Namespace) -> int:
+    from schedmesh.api.to_json import node_to_json, pod_to_json
+    from schedmesh.cli.mesh import Client, start_mesh, stop_mesh
+    from schedmesh.cli.supervisor import MeshError, load_state
+    from schedmesh.v1 import queue_pb2
+
+    if min(args.nodes, args.pods) < 1 or args.init_pods < 0:
+        raise ValueError("--nodes and --pods must be positive, --init-pods not negative")
+    nodes, init, pending = WORKLOADS[args.workload](args.nodes, args.init_pods, args.pods, seed=args.seed)
+    run = uuid.uuid4().hex[:6]
+    prefix = f"b{run}-"
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+
+    base: Optional[Path] = None
+    ok = False
+    if args.use_running:
+        state = load_state()
+        rename = {n.name: f"{prefix}{n.name}" for n in nodes}
+    else:
+        base = Path(tempfile.mkdtemp(prefix="schedmesh-bench-"))
+        pool, rename = _pool_for(nodes)
+        import yaml
+        (base / "pool.yaml").write_text(yaml.safe_dump(pool))
+        log(f"bench: starting a mesh ({args.filter_workers} filter + {args.score_workers} score workers, "
+            f"{args.nodes} nodes) in {base}")
+        state, _sup = start_mesh(args.filter_workers, args.score_workers, str(base / "pool.yaml"), args.config,
+                                 detach=True, base=base, quiet=True)
+    client = Client(state, timeout=120)
+    watcher = _BindWatcher(state.bootstrap, prefix)
+    try:
+        if args.use_running:
+            docs = []
+            for n in nodes:
+                d = node_to_json(n)
+                d["metadata"]["name"] = rename[n.name]
+                d["metadata"]["uid"] = f"{prefix}{d['metadata'].get('uid', n.name)}"
+                d["metadata"].setdefault("labels", {})["kubernetes.io/hostname"] = rename[n.name]
+                docs.append(d)
+            for i in range(0, len(docs), 1000):
+                _apply(client, docs[i:i + 1000], "bench-nodes")
+        log(f"bench: waiting for {args.nodes} nodes ...")
+        want = set(rename.values())
+        deadline = time.time() + 300
+        while True:
+            have = {v.node.metadata.name for v in client.call("GetNodes", queue_pb2.GetRequest(), timeout=120).nodes}
+            if want <= have:
+                break
+            if time.time() > deadline:
+                raise MeshError(f"only {len(want & have)}/{len(want)} nodes registered after 300s")
+            time.sleep(0.5)
+
+        def pod_doc(p) -> dict:
+            d = pod_to_json(p)
+            d["metadata"]["name"] = f"{prefix}{p.name}"
+            d["metadata"].pop("uid", None)
+            d.pop("status", None)
+            if p.node_name:
+                d["spec"]["nodeName"] = rename[p.node_name]
+            return d
+
+        if init:
+            log(f"bench: applying {len(init)} init pods (pre-bound)")
+            docs = [pod_doc(p) for p in init]
+            for i in range(0, len(docs), 1000):
+                _apply(client, docs[i:i + 1000], "bench-init-pods")
+        watcher.start()
+        docs = [pod_doc(p) for p in pending]
+        names = [d["metadata"]["name"] for d in docs]
+        log(f"bench: submitting {len(docs)} pods in batches of {args.batch}")
+        submitted: dict[str, float] = {}
+        t0 = time.time()
+        for i in range(0, len(docs), args.batch):
+            t = time.time()
+            _apply(client, docs[i:i + args.batch], "bench-pods")
+            for d in docs[i:i + args.batch]:
+                submitted[d["metadata"]["name"]] = t
+            _progress(sum(1 for n in names if n in watcher.bound), len(names), t0)
+        deadline = t0 + args.timeout
+        while True:
+            done = sum(1 for n in names if n in watcher.bound)
+            _progress(done, len(names), t0)
+            if done >= len(names) or time.time() > deadline or watcher.error:
+                break
+            time.sleep(0.2)
+        if sys.stderr.isatty():
+            sys.stderr.write("\n")
+        if watcher.error:
+            raise MeshError(f"watching schedmesh.pods failed: {watcher.error}")
+        bound = [n for n in names if n in watcher.bound]
+        lat = sorted((watcher.bound[n] - submitted[n]) * 1000 for n in bound)
+        last = max((watcher.bound[n] for n in bound), default=time.time())
+        seconds = max(last - t0, 1e-9)
+        if len(bound) < len(names):
+            log(f"bench: {len(names) - len(bound)} pods not bound within {args.timeout:.0f}s")
+        result = {
+            "workload": args.workload, "nodes": args.nodes, "init_pods": args.init_pods, "pods": args.pods,
+            "scheduled": len(bound), "seconds": round(seconds, 3),
+            "pods_per_second": round(len(bound) / seconds, 1),
+            "latency_ms": {"p50": round(_percentile(lat, 50), 1), "p90": round(_percentile(lat, 90), 1),
+                           "p99": round(_percentile(lat, 99), 1)},
+            "filter_shards": state.filter_shards, "score_shards": state.score_shards,
+            "mesh": "running" if args.use_running else "own",
+        }
+        print(json.dumps(result))
+        ok = len(bound) == len(names)
+        return 0 if ok else 1
+    finally:
+        watcher.stop()
+        client.close()
+        if base is not None:
+            log("bench: stopping the mesh")
+            stop_mesh(base, quiet=True)
+            if ok and not args.keep_logs:
+                shutil.rmtree(base, ignore_errors=True)
+            else:
+                log(f"bench: logs kept in {base / '.schedmesh' / 'logs'}")
