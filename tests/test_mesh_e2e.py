@@ -57,6 +57,15 @@ class RunningMesh:
         self.base, self.env = base, env
         self.state = json.loads((base / ".schedmesh" / "mesh.json").read_text())
         self.stub = queue_pb2_grpc.SchedulerStub(grpc.insecure_channel(self.state["scheduler"]))
+        self.replacements: list[subprocess.Popen] = []  # processes a test restarted by hand
+
+    def restart(self, name: str, args: list[str]) -> None:
+        """Start a stopped service again on its port, as an operator would."""
+        info = self.proc(name)
+        with open(info["log"], "ab") as log:
+            self.replacements.append(subprocess.Popen(
+                [sys.executable, "-m", info["module"], *args, "--port", str(info["port"])],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
     def proc(self, name: str) -> dict:
         return next(p for p in self.state["procs"] if p["name"] == name)
@@ -88,12 +97,15 @@ def mesh(tmp_path_factory):
         up = subprocess.run([*SCHEDMESH, "up", "--detach", "--filter-workers", "2", "--score-workers", "2",
                              "--pool", "pool.yaml"], cwd=base, env=env, capture_output=True, text=True, timeout=240)
         assert up.returncode == 0, up.stderr
+        m = RunningMesh(base, env)
+        m.receiver = receiver
         try:
-            m = RunningMesh(base, env)
-            m.receiver = receiver
             yield m
         finally:
             subprocess.run([*SCHEDMESH, "down"], cwd=base, env=env, capture_output=True, timeout=120)
+            for p in m.replacements:
+                p.terminate()
+                p.wait(20)
 
 
 @pytest.mark.timeout(300)
@@ -149,19 +161,43 @@ def test_killing_a_filter_worker_loses_no_pod_and_binds_none_twice(mesh) -> None
     os.kill(victim["pid"], signal.SIGKILL)
     time.sleep(3)  # attempts fail over this window and go back to the queue with backoff
     assert len(mesh.bound("churn")) < n, "scheduling finished before the worker died; nothing was tested"
-    log = open(victim["log"], "ab")
-    restarted = subprocess.Popen(
-        [sys.executable, "-m", victim["module"], "--bootstrap", mesh.state["bootstrap"], "--shard", "1",
-         "--shards", str(mesh.state["filter_shards"]), "--port", str(victim["port"])],
-        env=mesh.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        placed = mesh.wait_bound("churn", n, timeout=240)
-        assert len(placed) == n
-        history = asyncio.run(_bound_records(mesh.state["bootstrap"]))
-        assert len(history) == n, "every pod was published bound"
-        twice = {uid: ns for uid, ns in history.items() if len(ns) > 1}
-        assert not twice, f"bound to more than one node: {twice}"
-    finally:
-        restarted.terminate()
-        restarted.wait(20)
-        log.close()
+    mesh.restart("filter-worker-1", ["--bootstrap", mesh.state["bootstrap"], "--shard", "1",
+                                     "--shards", str(mesh.state["filter_shards"])])
+    placed = mesh.wait_bound("churn", n, timeout=240)
+    assert len(placed) == n
+    history = asyncio.run(_bound_records(mesh.state["bootstrap"]))
+    assert len(history) == n, "every pod was published bound"
+    twice = {uid: ns for uid, ns in history.items() if len(ns) > 1}
+    assert not twice, f"bound to more than one node: {twice}"
+
+
+@pytest.mark.timeout(400)
+def test_broker_restart_loses_nothing_that_is_owned(mesh) -> None:
+    """The embedded broker keeps topics in memory only. After it restarts empty, agents
+    re-register their nodes and running pods, the queue-manager re-publishes what was applied
+    through it, and scheduling goes on."""
+    before = {n.node.metadata.name for n in mesh.stub.GetNodes(queue_pb2.GetRequest()).nodes}
+    broker = mesh.proc("broker")
+    os.kill(broker["pid"], signal.SIGTERM)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            os.kill(broker["pid"], 0)
+            time.sleep(0.2)
+        except ProcessLookupError:
+            break
+    mesh.restart("broker", [])
+    mesh.apply(pods_manifest("after-restart", 3))
+    placed = mesh.wait_bound("after-restart", 3, timeout=240)
+    assert set(placed.values()) <= before
+    history = asyncio.run(_all_pod_names(mesh.state["bootstrap"]))
+    # Pods bound before the restart were re-published by their agent.
+    assert any(name.startswith("churn-") for name in history)
+    nodes = {n.node.metadata.name for n in mesh.stub.GetNodes(queue_pb2.GetRequest()).nodes}
+    assert nodes == before
+
+
+async def _all_pod_names(bootstrap: str) -> set[str]:
+    async with EventConsumer(bootstrap, [TOPIC_PODS], client_id="test-audit-2") as consumer:
+        return {events_pb2.PodRecord.FromString(r.value).pod.metadata.name
+                for r in await consumer.catch_up(60) if r.value}

@@ -263,7 +263,7 @@ def priority_class_from_proto(m: pb.PriorityClass) -> PriorityClass:
 
 def pdb_to_proto(p: PodDisruptionBudget) -> pb.PodDisruptionBudget:
     out = pb.PodDisruptionBudget(min_available=p.min_available or "", max_unavailable=p.max_unavailable or "",
-                                 disruptions_allowed=p.disruptions_allowed)
+                                 disruptions_allowed=p.disruptions_allowed, disrupted_pods=p.disrupted_pods)
     meta_to(p.meta, out.metadata)
     if p.selector is not None:
         selector_to(p.selector, out.selector)
@@ -273,7 +273,7 @@ def pdb_to_proto(p: PodDisruptionBudget) -> pb.PodDisruptionBudget:
 def pdb_from_proto(m: pb.PodDisruptionBudget) -> PodDisruptionBudget:
     return PodDisruptionBudget(meta=meta_from(m.metadata), selector=selector_from(m.selector, m.HasField("selector")),
                                min_available=m.min_available or None, max_unavailable=m.max_unavailable or None,
-                               disruptions_allowed=m.disruptions_allowed)
+                               disruptions_allowed=m.disruptions_allowed, disrupted_pods=dict(m.disrupted_pods))
 
 
 def namespace_to_proto(n: Namespace) -> pb.Namespace:

@@ -530,7 +530,9 @@ def parse_pdb(doc: _Doc, d: dict) -> PodDisruptionBudget:
     return PodDisruptionBudget(meta=meta, selector=parse_label_selector(doc, spec.get("selector"), "spec.selector"),
                                min_available=int_or_percent(spec.get("minAvailable"), "spec.minAvailable"),
                                max_unavailable=int_or_percent(spec.get("maxUnavailable"), "spec.maxUnavailable"),
-                               disruptions_allowed=doc.int_(status.get("disruptionsAllowed"), "status.disruptionsAllowed"))
+                               disruptions_allowed=doc.int_(status.get("disruptionsAllowed"), "status.disruptionsAllowed"),
+                               disrupted_pods={str(k): doc.time(v, f"status.disruptedPods.{k}") or 0.0
+                                               for k, v in doc.obj(status.get("disruptedPods"), "status.disruptedPods").items()})
 
 
 def parse_namespace(doc: _Doc, d: dict) -> Namespace:

@@ -273,6 +273,8 @@ class PodDisruptionBudget:
     min_available: Optional[str] = None  # int or percentage, as written
     max_unavailable: Optional[str] = None
     disruptions_allowed: int = 0
+    # status.disruptedPods: pods an eviction was processed for (name -> time), not yet gone.
+    disrupted_pods: dict[str, float] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

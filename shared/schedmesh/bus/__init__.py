@@ -15,11 +15,14 @@ from schedmesh.bus.producer import EventProducer
 from schedmesh.bus.records import Record, Sent
 from schedmesh.bus.topics import (
     ALL_TOPICS,
-    BINDINGS,
     EVENTS,
-    EVICTIONS,
+    LEASES,
+    NAMESPACES,
     NODES,
+    PDBS,
     PODS,
+    PRIORITY_CLASSES,
+    STATE_TOPICS,
     TOPIC_SPECS,
     TopicSpec,
     spec_for,
@@ -28,11 +31,14 @@ from schedmesh.bus.watch import BrokerState, BrokerWatch, BusError, RestartCallb
 
 __all__ = [
     "ALL_TOPICS",
-    "BINDINGS",
     "EVENTS",
-    "EVICTIONS",
+    "LEASES",
+    "NAMESPACES",
     "NODES",
+    "PDBS",
     "PODS",
+    "PRIORITY_CLASSES",
+    "STATE_TOPICS",
     "TOPIC_SPECS",
     "BrokerState",
     "BrokerWatch",

@@ -8,19 +8,19 @@ should be an explicit event or a tombstone (``value=None``): then replaying a to
 from the beginning and keeping the last record per key rebuilds a cache (the informer
 pattern), and the topics can be compacted on a real Kafka.
 
-| topic               | key           | value (events.proto) | written by -> read by                       |
-|---------------------|---------------|----------------------|---------------------------------------------|
-| schedmesh.pods      | pod uid       | PodEvent             | queue-manager (admission), agent (status),  |
-|                     |               |                      | preemption (nomination) -> queue-manager,   |
-|                     |               |                      | workers, preemption                         |
-| schedmesh.nodes     | node name     | NodeEvent            | kubelet agent -> everyone                   |
-| schedmesh.bindings  | pod uid       | BindingEvent         | binder (bound/refused) -> queue-manager,    |
-|                     |               |                      | workers, agent                              |
-| schedmesh.evictions | pod uid       | EvictionEvent        | preemption, agent -> agent, queue-manager   |
-| schedmesh.events    | involved uid  | ClusterEvent         | everyone (k8s-style Events) -> cli, tests   |
+| topic                     | key            | value (events.proto)      | written by                              |
+|---------------------------|----------------|---------------------------|-----------------------------------------|
+| schedmesh.namespaces      | name           | NamespaceRecord           | queue-manager (apply)                   |
+| schedmesh.priorityclasses | name           | PriorityClassRecord       | queue-manager (apply)                   |
+| schedmesh.pdbs            | namespace/name | PodDisruptionBudgetRecord | queue-manager (apply)                   |
+| schedmesh.nodes           | node name      | NodeRecord                | kubelet agents, queue-manager (apply)   |
+| schedmesh.leases          | node name      | NodeRecord (heartbeat)    | kubelet agents, every 10 s              |
+| schedmesh.pods            | pod uid        | PodRecord                 | queue-manager (submit, delete request,  |
+|                           |                |                           | status), binder (bound), agents (phase, |
+|                           |                |                           | terminated tombstone)                   |
+| schedmesh.events          | pod uid        | Event                     | queue-manager, binder, agents           |
 
-The message names are the intended ones for ``events.proto``; that file is owned by the
-protos work and wins if the two disagree.
+Heartbeats have their own topic so that a heartbeat never invalidates the node caches.
 """
 
 from __future__ import annotations
@@ -29,9 +29,13 @@ from dataclasses import dataclass, field
 
 PODS = "schedmesh.pods"
 NODES = "schedmesh.nodes"
-BINDINGS = "schedmesh.bindings"
-EVICTIONS = "schedmesh.evictions"
+LEASES = "schedmesh.leases"
+PRIORITY_CLASSES = "schedmesh.priorityclasses"
+PDBS = "schedmesh.pdbs"
+NAMESPACES = "schedmesh.namespaces"
 EVENTS = "schedmesh.events"
+#: The topics whose replay rebuilds the cluster (ClusterCache), cluster-scoped first.
+STATE_TOPICS: tuple[str, ...] = (NAMESPACES, PRIORITY_CLASSES, PDBS, NODES, PODS)
 
 #: Partitions of every bus topic: the unit of scale-out for consumer groups (e.g.
 #: queue-managers owning pod partitions). It is deliberately Tansu's auto-create default
@@ -58,10 +62,8 @@ _COMPACT = {"cleanup.policy": "compact"}
 TOPIC_SPECS: dict[str, TopicSpec] = {
     spec.name: spec
     for spec in (
-        TopicSpec(PODS, DEFAULT_PARTITIONS, configs=dict(_COMPACT)),
-        TopicSpec(NODES, DEFAULT_PARTITIONS, configs=dict(_COMPACT)),
-        TopicSpec(BINDINGS, DEFAULT_PARTITIONS, configs=dict(_COMPACT)),
-        TopicSpec(EVICTIONS, DEFAULT_PARTITIONS),
+        *(TopicSpec(t, DEFAULT_PARTITIONS, configs=dict(_COMPACT)) for t in STATE_TOPICS),
+        TopicSpec(LEASES, DEFAULT_PARTITIONS, configs=dict(_COMPACT)),
         TopicSpec(EVENTS, DEFAULT_PARTITIONS),
     )
 }

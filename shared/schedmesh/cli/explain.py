@@ -66,7 +66,9 @@ class Explainer:
         self.frameworks: dict[str, Framework] = build_frameworks(profiles)
         for fw in self.frameworks.values():
             fw.set_snapshot_source(lambda: self.snapshot)
-            fw.services.update(pdbs=cluster.pdbs, namespaces=self.snapshot.namespace_labels)
+            # Explain's preemption dry run covers every potential node (no random sampling).
+            fw.services.update(pdbs=cluster.pdbs, namespaces=self.snapshot.namespace_labels,
+                               preemption_all_candidates=True, extenders=extenders or [])
         self.algorithm = SchedulingAlgorithm(percentage_of_nodes_to_score, extenders or [], tie_break, seed)
 
     def decide(self, pod: Pod) -> PodDecision:

@@ -45,7 +45,7 @@ from schedmesh.v1 import events_pb2
 log = logging.getLogger("schedmesh.agent")
 tracer = trace.get_tracer("schedmesh.agent")
 
-TOPIC_LEASES = "schedmesh.leases"
+from schedmesh.bus.topics import LEASES as TOPIC_LEASES  # noqa: E402 (re-exported)
 AGENT_TOPICS = (TOPIC_NODES, TOPIC_PODS, TOPIC_EVENTS, TOPIC_LEASES)
 
 STARTING, RUNNING, TERMINATING = "Starting", "Running", "Terminating"
@@ -207,7 +207,10 @@ class KubeletAgent:
         records = []
         for sn in self.nodes.values():
             conditions = [c for c in sn.node.conditions if c.type != "Ready"] + [ready_condition(now)]
-            sn.set_node(dataclasses.replace(sn.node, conditions=conditions))
+            meta = sn.node.meta
+            if meta.creation_timestamp is None:  # first registration: the node's age starts now
+                meta = dataclasses.replace(meta, creation_timestamp=now)
+            sn.set_node(dataclasses.replace(sn.node, meta=meta, conditions=conditions))
             records.append(node_record(sn.node, source=self.name))
         await self._send_all(records)
 

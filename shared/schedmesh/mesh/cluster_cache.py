@@ -14,16 +14,13 @@ from typing import Callable, Optional
 
 from schedmesh.api import convert
 from schedmesh.api.types import Namespace, Node, Pod, PodDisruptionBudget, PriorityClass
+# Topic names live in the bus catalogue; re-exported here under the names the mesh uses.
+from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
+                                  PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES,
+                                  STATE_TOPICS)
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.v1 import events_pb2
 
-TOPIC_NODES = "schedmesh.nodes"  # same names as schedmesh.bus.topics
-TOPIC_PODS = "schedmesh.pods"
-TOPIC_PRIORITY_CLASSES = "schedmesh.priorityclasses"
-TOPIC_PDBS = "schedmesh.pdbs"
-TOPIC_NAMESPACES = "schedmesh.namespaces"
-TOPIC_EVENTS = "schedmesh.events"
-STATE_TOPICS = (TOPIC_NAMESPACES, TOPIC_PRIORITY_CLASSES, TOPIC_PDBS, TOPIC_NODES, TOPIC_PODS)
 
 # Listener: (kind, old object or None, new object or None)
 Listener = Callable[[str, object, object], None]

@@ -603,6 +603,11 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         # Cluster-scoped objects and nodes first, then the pods; within a group, concurrently.
         n_pods = len(m.pods)
         await _publish_concurrently(qm.producer, recs[:len(recs) - n_pods])
+        with qm.cache.lock:
+            # Write-through: a pod applied right after its PriorityClass (in the next Apply)
+            # must find the class even before the record comes back from the broker.
+            for pc in m.priority_classes:
+                qm.cache.priority_classes[pc.name] = pc
         await _publish_concurrently(qm.producer, recs[len(recs) - n_pods:])
         for n in m.nodes:
             qm.applied_nodes[n.name] = n

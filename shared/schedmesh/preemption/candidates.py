@@ -3,10 +3,13 @@ pickOneNodeForPreemption, scheduler/util GetPodStartTime / GetEarliestPodStartTi
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
 from schedmesh.api.types import Pod
+# extenderv1.Victims (pods most important first, num_pdb_violations): one definition, shared
+# with the extenders that may rewrite it.
+from schedmesh.framework.extender import Victims
 # corev1helpers.PodPriority (spec.priority, 0 when unset); one copy, kept by PrioritySort.
 from schedmesh.plugins.queue_sort.plugin import pod_priority
 
@@ -14,15 +17,6 @@ from schedmesh.plugins.queue_sort.plugin import pod_priority
 # a few negative-priority victims is not preferred over one with fewer of them.
 PRIORITY_OFFSET = 2**31
 MIN_INT64 = -(2**63)
-
-
-@dataclass(slots=True)
-class Victims:
-    """The pods to evict on one node (most important first) and how many of them violate a PDB
-    (kube's extenderv1.Victims)."""
-
-    pods: list[Pod] = field(default_factory=list)
-    num_pdb_violations: int = 0
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ What it reads from `fw.services` (all optional):
 """
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence
@@ -209,7 +210,7 @@ class Evaluator:
                 continue
             ignorable = bool(_call(ext, "is_ignorable", False))
             try:
-                returned = dict(ext.process_preemption(pod, victims_map))
+                returned = dict(_process_preemption(ext, pod, victims_map, self.fw.snapshot()))
             except Exception as e:
                 if ignorable:
                     continue
@@ -245,6 +246,17 @@ class Evaluator:
         if nominator is None:
             return []
         return [pi.pod for pi in nominator.nominated_pods_for_node(node_name) if pod_priority(pi.pod) < pod_priority(pod)]
+
+
+def _process_preemption(ext: Any, pod: Pod, victims_map: dict[str, Victims], snapshot: Any) -> dict:
+    """ProcessPreemption(pod, victims, nodeLister): the snapshot is passed to extenders whose
+    method takes it (to resolve the pods they answer with)."""
+    f = ext.process_preemption
+    try:
+        takes_nodes = len(inspect.signature(f).parameters) >= 3
+    except (TypeError, ValueError):
+        takes_nodes = False
+    return f(pod, victims_map, snapshot) if takes_nodes else f(pod, victims_map)
 
 
 def _call(obj: Any, method: str, default: Any, *args: Any) -> Any:

@@ -28,10 +28,9 @@ def pdb_selector(pdb: PodDisruptionBudget) -> Optional[LabelSelector]:
     return sel
 
 
-def _disrupted_pods(pdb: PodDisruptionBudget) -> frozenset[str] | dict:
-    # status.disruptedPods (pod name -> time the eviction was processed). api.types does not
-    # carry it yet; a PDB without it has processed no eviction.
-    return getattr(pdb, "disrupted_pods", None) or frozenset()
+def _disrupted_pods(pdb: PodDisruptionBudget) -> dict[str, float]:
+    # status.disruptedPods: pod name -> when its eviction was processed.
+    return pdb.disrupted_pods
 
 
 def filter_pods_with_pdb_violation(items: Sequence[P], pdbs: Sequence[PodDisruptionBudget]

@@ -10,7 +10,8 @@ import pytest
 
 from schedmesh.api.labels import LabelSelector, LabelSelectorRequirement
 from schedmesh.api.types import PREEMPT_NEVER, ObjectMeta, PodDisruptionBudget
-from schedmesh.framework.interface import Code, Status
+from schedmesh.cache.node_info import PodInfo
+from schedmesh.framework.interface import Code, CycleState, NodeToStatus, Status
 from schedmesh.preemption.candidates import (PRIORITY_OFFSET, Victims, earliest_pod_start_time,
                                              pick_one_node_for_preemption)
 from schedmesh.preemption.default_policy import (ERR_NO_VICTIMS, MSG_PREEMPTION_POLICY_NEVER,
@@ -648,3 +649,58 @@ def test_no_victims_status_message():
     dry = plugin_of(fw).evaluator.dry_run_preemption(run_pre_filter(fw, pod, snap), pod, snap.node_info_list, [], 0, 1)
     st = dry.node_to_status.get("node1")
     assert (st.code, st.reasons) == (Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (ERR_NO_VICTIMS,))
+
+
+@pytest.mark.parametrize("n,distinct_starts", [(5, False), (12, False), (13, True), (40, True), (40, False)],
+                         ids=["5-ties", "12-ties", "13-distinct", "40-distinct", "40-ties"])
+def test_importance_sort_matches_go_sort(n, distinct_starts):
+    """The key-sort shortcut gives Go's sort.Slice order whenever it is taken."""
+    fw, _ = build_framework([], [], [])
+    policy = plugin_of(fw).policy
+    rnd = random.Random(n)
+    pis = [PodInfo(make_pod(f"v{i}", "n", rnd.choice([LOW, MID, HIGH]),
+                            start=epoch(i if distinct_starts else rnd.randrange(3)))) for i in range(n)]
+    got, want = list(pis), list(pis)
+    policy._sort_by_importance(got)
+    go_sort_slice(want, lambda a, b: policy.more_important_pod(a.pod, b.pod))
+    assert [pi.pod.name for pi in got] == [pi.pod.name for pi in want]
+
+
+def test_plugin_raising_during_dry_run_fails_that_node_with_an_error():
+    class Boom(Exception):
+        pass
+
+    fw, snap = build_framework([make_node("node1", VERY_LARGE), make_node("node2", VERY_LARGE)],
+                               [make_pod("p1", "node1", LOW, LARGE), make_pod("p2", "node2", LOW, LARGE)],
+                               ["FakeFilter", FIT])
+    fake = fw.plugins["FakeFilter"]
+
+    def filter_(state, pod, node_info):
+        if node_info.name == "node1":
+            raise Boom("kaput")
+        return None
+
+    fake.filter = filter_
+    pod = make_pod("p", priority=HIGH, req=LARGE)
+    out = plugin_of(fw).evaluator.preempt(run_pre_filter(fw, pod, snap), pod,
+                                          statuses(node1=Code.UNSCHEDULABLE, node2=Code.UNSCHEDULABLE))
+    assert out.result.nominated_node_name == "node2"  # errors only matter without candidates
+    fake.filter = lambda state, pod, node_info: (_ for _ in ()).throw(Boom("kaput"))
+    out = plugin_of(fw).evaluator.preempt(run_pre_filter(fw, pod, snap), pod,
+                                          statuses(node1=Code.UNSCHEDULABLE, node2=Code.UNSCHEDULABLE))
+    assert out.result is None
+    assert (out.status.code, out.status.reasons) == (Code.ERROR, ("kaput",))
+
+
+def test_no_nodes_available():
+    fw, _ = build_framework([], [], [FIT])
+    pod = make_pod("p", priority=HIGH)
+    out = plugin_of(fw).evaluator.preempt(CycleState(), pod, NodeToStatus())
+    assert (out.result, out.status.code, out.status.reasons) == (None, Code.ERROR, ("no nodes available",))
+
+
+def test_error_aggregate_message():
+    from schedmesh.preemption.evaluator import DryRunResult
+    assert DryRunResult([], NodeToStatus(), ["a"]).error_message() == "a"
+    assert DryRunResult([], NodeToStatus(), ["a", "a"]).error_message() == "a"
+    assert DryRunResult([], NodeToStatus(), ["a", "b", "a"]).error_message() == "[a, b]"
