@@ -29,7 +29,10 @@ def kafka() -> Iterator[str]:
     if os.environ.get("SCHEDMESH_TEST_KAFKA") == "testcontainers":
         import pytest
         try:
-            from testcontainers.kafka import KafkaContainer
+            try:
+                from testcontainers.community.kafka import KafkaContainer
+            except ImportError:  # older testcontainers
+                from testcontainers.kafka import KafkaContainer
             container = KafkaContainer().with_kraft()
             container.start()
         except Exception as e:  # no Docker engine here

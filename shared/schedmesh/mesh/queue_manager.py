@@ -525,11 +525,7 @@ class QueueManager:
                     except Exception:
                         log.exception("PostBind failed for %s", pod.key)
                     self.queue.done(pod.uid)
-                    try:
-                        self._publish_sync([self._event_record(pod, "Normal", "Scheduled",
-                                                               f"Successfully assigned {pod.key} to {node}", a.trace_id)])
-                    except Exception:
-                        log.exception("cannot publish Scheduled event for %s", pod.key)
+                    # The binder published the Scheduled event (with this trace's id) as it committed.
                     return
                 span.set_status(trace.Status(trace.StatusCode.ERROR, reason))
                 log.warning("binding %s to %s refused: %s", pod.key, node, reason)
