@@ -140,6 +140,28 @@ def test_one_trace_across_the_services(mesh) -> None:
         assert s is roots[0]
 
 
+GATED = """apiVersion: v1
+kind: Pod
+metadata: {name: gated-0, namespace: default}
+spec:
+  GATES
+  containers: [{name: c, image: nginx, resources: {requests: {cpu: 100m}}}]
+"""
+
+
+@pytest.mark.timeout(200)
+def test_gated_pod_waits_until_its_gates_are_removed(mesh) -> None:
+    mesh.apply(GATED.replace("GATES", "schedulingGates: [{name: example.com/quota}]"))
+    time.sleep(3)
+    view = next(p for p in mesh.stub.GetPods(queue_pb2.GetRequest()).pods if p.pod.metadata.name == "gated-0")
+    assert view.queue == "gated" and not view.pod.node_name
+    got = subprocess.run([*SCHEDMESH, "get", "pods"], cwd=mesh.base, env=mesh.env, capture_output=True, text=True,
+                         timeout=60)
+    assert "SchedulingGated" in next(line for line in got.stdout.splitlines() if "gated-0" in line)
+    mesh.apply(GATED.replace("GATES", "schedulingGates: []"))  # the gate's owner removes it
+    mesh.wait_bound("gated", 1, timeout=60)
+
+
 async def _bound_records(bootstrap: str) -> dict[str, set[str]]:
     """Every pod uid -> the set of nodes it was ever published as bound to."""
     nodes: dict[str, set[str]] = defaultdict(set)

@@ -351,6 +351,10 @@ class NodeToStatus:
     def set(self, node: str, status: Status) -> None:
         self._map[node] = status
 
+    def update(self, pairs) -> None:
+        """Set many (node, status) pairs at once."""
+        self._map.update(pairs)
+
     def get(self, node: str) -> Status:
         return self._map.get(node, self.absent)
 

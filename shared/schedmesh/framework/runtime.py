@@ -42,11 +42,20 @@ class Nominator:
 
 @dataclass(slots=True)
 class FilterOutcome:
-    """Bulk Filter over candidate rows: the feasible rows and each rejected row's status."""
+    """Bulk Filter over candidate rows: the feasible rows and each rejected row's status.
 
-    feasible: np.ndarray  # int64 rows that passed every filter
+    Statuses are shared by the nodes that failed the same way: `rejected_status_index[i]` is
+    the index in `statuses` of row `rejected_rows[i]`'s status (with its plugin set).
+    """
+
+    feasible: np.ndarray  # int64 rows that passed every filter, in candidate order
     rejected_rows: np.ndarray  # int64 rows that failed
-    rejected_status: list[Status]  # aligned with rejected_rows, plugin set
+    rejected_status_index: np.ndarray  # int32, aligned with rejected_rows
+    statuses: list[Status]
+
+    @property
+    def rejected_status(self) -> list[Status]:
+        return [self.statuses[i] for i in self.rejected_status_index.tolist()]
 
 
 class Framework(Handle):
@@ -246,7 +255,8 @@ class Framework(Handle):
         """All filters over many nodes: each plugin sees only the nodes every earlier one passed."""
         alive = np.asarray(candidates, dtype=np.int64)
         rej_rows: list[np.ndarray] = []
-        rej_status: list[Status] = []
+        rej_idx: list[np.ndarray] = []
+        statuses: list[Status] = []
         for p in self.points["filter"]:
             if p.name in state.skip_filter_plugins or len(alive) == 0:
                 continue
@@ -255,17 +265,17 @@ class Framework(Handle):
             bad = failed >= 0
             if not bad.any():
                 continue
-            named = []
             for st in v.statuses:
                 if not st.is_rejected():
                     raise PluginError(Status(Code.ERROR, (f'running "{p.name}" filter plugin: {st.message()}',),
                                              p.name, st.error))
-                named.append(st.with_plugin(p.name))
             rej_rows.append(alive[bad])
-            rej_status.extend(named[i] for i in failed[bad])
+            rej_idx.append(failed[bad].astype(np.int32) + len(statuses))
+            statuses.extend(st.with_plugin(p.name) for st in v.statuses)
             alive = alive[~bad]
-        rows = np.concatenate(rej_rows) if rej_rows else np.empty(0, np.int64)
-        return FilterOutcome(alive, rows, rej_status)
+        if not rej_rows:
+            return FilterOutcome(alive, np.empty(0, np.int64), np.empty(0, np.int32), statuses)
+        return FilterOutcome(alive, np.concatenate(rej_rows), np.concatenate(rej_idx), statuses)
 
     def run_filter_with_nominated_pods(self, state: CycleState, pod: "Pod", node_info: "NodeInfo",
                                        nominator: Optional[Nominator]) -> Optional[Status]:

@@ -223,8 +223,8 @@ class SchedulingAlgorithm:
         return feasible, diagnosis
 
     def filter_in_order(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot",
-                         ordered: np.ndarray, to_find: int, diagnosis: Diagnosis,
-                         nominator: Optional[Nominator]) -> np.ndarray:
+                        ordered: np.ndarray, to_find: int, diagnosis: Diagnosis,
+                        nominator: Optional[Nominator]) -> np.ndarray:
         """Filter nodes in `ordered` order until `to_find` pass; chunks keep NumPy busy while
         stopping early on large clusters, as kube's parallel search with cancellation does."""
         names = snapshot.cols.names
@@ -233,45 +233,55 @@ class SchedulingAlgorithm:
         n_found = 0
         pos = 0
         chunk = len(ordered) if to_find >= len(ordered) else max(2 * to_find, 512)
+        position = np.empty(snapshot.cols.n, np.int64)  # row -> position in the current chunk
         while pos < len(ordered) and n_found < to_find:
             part = ordered[pos:pos + chunk]
             pos += len(part)
-            passed_mask = np.zeros(len(part), bool)
-            status_of: dict[int, Status] = {}
+            position[part] = np.arange(len(part))
             if nominated_rows:
-                special = np.fromiter((r in nominated_rows for r in part), bool, len(part))
+                feasible, rows, statuses = self._filter_chunk_with_nominated(
+                    fw, state, pod, snapshot, part, nominated_rows, nominator, position)
             else:
-                special = None
-            bulk_part = part if special is None else part[~special]
-            out = fw.run_filter_nodes(state, pod, snapshot, bulk_part)
-            pos_in_part = {int(r): i for i, r in enumerate(part)}
-            for r in out.feasible:
-                passed_mask[pos_in_part[int(r)]] = True
-            for r, st in zip(out.rejected_rows, out.rejected_status):
-                status_of[pos_in_part[int(r)]] = st
-            if special is not None:
-                infos = snapshot.node_info_list
-                for i in np.flatnonzero(special):
-                    st = fw.run_filter_with_nominated_pods(state, pod, infos[part[i]], nominator)
-                    if st is None or st.is_success():
-                        passed_mask[i] = True
-                    elif st.is_rejected():
-                        status_of[int(i)] = st
-                    else:
-                        raise PluginError(st)
-            passed_pos = np.flatnonzero(passed_mask)
+                out = fw.run_filter_nodes(state, pod, snapshot, part)
+                feasible, rows = out.feasible, out.rejected_rows
+                statuses = [out.statuses[i] for i in out.rejected_status_index.tolist()]
             need = to_find - n_found
-            cutoff = len(part)
-            if len(passed_pos) > need:
-                cutoff = int(passed_pos[need - 1]) + 1
-                passed_pos = passed_pos[:need]
-            found.append(part[passed_pos])
-            n_found += len(passed_pos)
-            for i, st in status_of.items():
-                if i < cutoff:
-                    diagnosis.node_to_status.set(names[part[i]], st)
-                    diagnosis.add_plugin_status(st)
+            if len(feasible) > need:
+                # Enough found: nodes after the last one kept count as not evaluated.
+                feasible = feasible[:need]
+                cutoff = position[feasible[-1]]
+                keep = position[rows] < cutoff
+                rows = rows[keep]
+                statuses = [st for st, k in zip(statuses, keep.tolist()) if k]
+            found.append(feasible)
+            n_found += len(feasible)
+            diagnosis.node_to_status.update(zip([names[r] for r in rows.tolist()], statuses))
+            for st in {id(st): st for st in statuses}.values():
+                diagnosis.add_plugin_status(st)
         return np.concatenate(found) if found else np.empty(0, np.int64)
+
+    def _filter_chunk_with_nominated(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot",
+                                     part: np.ndarray, nominated_rows: set[int], nominator: Optional[Nominator],
+                                     position: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[Status]]:
+        """Nodes with nominated pods go through the per-node path that counts those pods; the
+        rest in bulk. Returns feasible rows and rejected rows with statuses, in chunk order."""
+        special = np.fromiter((r in nominated_rows for r in part.tolist()), bool, len(part))
+        out = fw.run_filter_nodes(state, pod, snapshot, part[~special])
+        feasible = list(out.feasible.tolist())
+        rejected = list(zip(out.rejected_rows.tolist(), out.rejected_status))
+        infos = snapshot.node_info_list
+        for r in part[special].tolist():
+            st = fw.run_filter_with_nominated_pods(state, pod, infos[r], nominator)
+            if st is None or st.is_success():
+                feasible.append(r)
+            elif st.is_rejected():
+                rejected.append((r, st))
+            else:
+                raise PluginError(st)
+        feasible.sort(key=lambda r: position[r])
+        rejected.sort(key=lambda rs: position[rs[0]])
+        return (np.array(feasible, np.int64), np.array([r for r, _ in rejected], np.int64),
+                [st for _, st in rejected])
 
     @staticmethod
     def _rows_with_nominated_pods(pod: "Pod", snapshot: "Snapshot", nominator: Optional[Nominator]) -> set[int]:
