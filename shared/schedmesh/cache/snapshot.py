@@ -12,7 +12,7 @@ from typing import Iterable, Mapping, Optional
 import numpy as np
 
 from schedmesh.api.types import Node, Pod, Taint
-from schedmesh.cache.node_info import ImageStateSummary, NodeInfo, PodInfo
+from schedmesh.cache.node_info import ImageStateSummary, NodeInfo, PodInfo, pod_with_affinity
 
 ZONE_LABELS = ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone")
 REGION_LABELS = ("failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region")
@@ -126,10 +126,18 @@ class Columns:
             col = self._labels[key] = LabelColumn(key, self._nodes)
         return col
 
-    def index_of(self, name: str) -> int:
+    def name_index(self) -> dict[str, int]:
         if self._name_index is None:
             self._name_index = {n: i for i, n in enumerate(self.names)}
-        return self._name_index.get(name, -1)
+        return self._name_index
+
+    def index_of(self, name: str) -> int:
+        return self.name_index().get(name, -1)
+
+    def rows_of(self, names) -> np.ndarray:
+        """Rows of many node names at once (-1 for unknown names)."""
+        get = self.name_index().get
+        return np.fromiter((get(n, -1) for n in names), np.int64, len(names))
 
 
 class Snapshot:
@@ -279,9 +287,8 @@ class Snapshot:
     def _add_pod_to(self, ni: NodeInfo, pod: Pod) -> PodInfo:
         pi = ni.add_pod(pod)
         self._pod_node[pod.meta.uid] = ni.name
-        self._pods_changed(ni, bool(pi.required_affinity_terms or pi.required_anti_affinity_terms
-                                    or pi.preferred_affinity_terms or pi.preferred_anti_affinity_terms
-                                    or ni.pods_with_affinity))
+        # Only pods with (anti-)affinity can change which nodes have such pods.
+        self._pods_changed(ni, pod_with_affinity(pod))
         return pi
 
     def add_pod(self, pod: Pod, node_name: str = "") -> Optional[PodInfo]:
@@ -306,5 +313,5 @@ class Snapshot:
             return None
         ni = self.node_info_map[node_name]
         pi = ni.remove_pod(pod)
-        self._pods_changed(ni, True)
+        self._pods_changed(ni, pod_with_affinity(pod))
         return pi

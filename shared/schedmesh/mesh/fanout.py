@@ -8,6 +8,7 @@ queue with backoff and is retried, never half-evaluated.
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Sequence
 
 import grpc
@@ -36,6 +37,10 @@ class ShardedEvaluator:
         self._channels = []
         self.filter_stubs = [sgrpc.FilterWorkerStub(self._channel(t)) for t in filter_targets]
         self.score_stubs = [sgrpc.ScoreWorkerStub(self._channel(t)) for t in score_targets]
+        # Blocking calls on long-lived threads: grpc's `.future()` starts a channel spin
+        # thread for a call when none is running, which cost milliseconds per fan-out.
+        self._pool = ThreadPoolExecutor(max_workers=max(len(filter_targets), len(score_targets), 1),
+                                        thread_name_prefix="fanout")
 
     def _channel(self, target: str) -> grpc.Channel:
         ch = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20),
@@ -44,6 +49,7 @@ class ShardedEvaluator:
         return ch
 
     def close(self) -> None:
+        self._pool.shutdown(wait=False)
         for ch in self._channels:
             ch.close()
 
@@ -64,36 +70,41 @@ class ShardedEvaluator:
         req = spb.FilterRequest(pod=convert.pod_to_proto(pod), scheduler_name=fw.name, view=view,
                                 max_feasible=quota, evaluate_all=evaluate_all)
         md = inject_grpc_metadata()  # each shard's span joins this attempt's trace
-        calls = [(i, stub.Filter.future(req, timeout=self.timeout, metadata=md)) for i, stub in enumerate(self.filter_stubs)]
+        calls = [(i, self._pool.submit(stub.Filter, req, timeout=self.timeout, metadata=md))
+                 for i, stub in enumerate(self.filter_stubs)]
         cols = snapshot.cols
-        position = {int(r): i for i, r in enumerate(ordered)}
-        feasible: list[tuple[int, int]] = []
+        position = np.full(cols.n, -1, np.int64)  # row -> position in this cycle's node order
+        position[ordered] = np.arange(len(ordered))
+        feasible_pos: list[np.ndarray] = []
+        status_of: dict[tuple, Status] = {}
         for resp in self._gather(calls):
             if resp.HasField("prefilter_rejection"):
                 # The queue-manager ran PreFilter itself first; a shard disagreeing means it is behind.
                 raise PluginError(Status(Code.ERROR, (f"shard {resp.shard} rejected the pod at PreFilter: "
                                                       f"{', '.join(resp.prefilter_rejection.reasons)}",)))
-            for name in resp.feasible:
-                r = cols.index_of(name)
-                if r in position:
-                    feasible.append((position[r], r))
-            for f in resp.failures:
-                st = Status(Code(f.code), tuple(f.reasons), f.plugin)
-                diagnosis.node_to_status.set(f.node, st)
-                diagnosis.add_plugin_status(st)
-        feasible.sort()
-        return np.array([r for _, r in feasible[:to_find]], np.int64)
+            rows = cols.rows_of(resp.feasible)
+            pos = position[rows[rows >= 0]]
+            feasible_pos.append(pos[pos >= 0])
+            for g in resp.failures:
+                key = (g.code, g.plugin, tuple(g.reasons))
+                st = status_of.get(key)
+                if st is None:
+                    st = status_of[key] = Status(Code(g.code), key[2], g.plugin)
+                    diagnosis.add_plugin_status(st)
+                diagnosis.node_to_status.update((node, st) for node in g.nodes)
+        all_pos = np.sort(np.concatenate(feasible_pos)) if feasible_pos else np.empty(0, np.int64)
+        return ordered[all_pos[:to_find]]
 
     def raw_scores(self, fw: Framework, state: CycleState, pod, snapshot, rows: np.ndarray) -> dict[str, np.ndarray]:
         cols = snapshot.cols
         req = spb.ScoreRequest(pod=convert.pod_to_proto(pod), scheduler_name=fw.name, view=self.view_fn(),
-                               feasible=[cols.names[r] for r in rows])
+                               feasible=[cols.names[r] for r in rows.tolist()])
         md = inject_grpc_metadata()
-        calls = [(i, stub.Score.future(req, timeout=self.timeout, metadata=md)) for i, stub in enumerate(self.score_stubs)]
-        position = {int(r): i for i, r in enumerate(rows)}
+        calls = [(i, self._pool.submit(stub.Score, req, timeout=self.timeout, metadata=md))
+                 for i, stub in enumerate(self.score_stubs)]
         out: dict[str, np.ndarray] = {}
         for resp in self._gather(calls):
-            idx = np.array([position[cols.index_of(n)] for n in resp.nodes], np.int64)
+            idx = np.asarray(resp.positions, np.int64)
             for ps in resp.scores:
                 arr = out.setdefault(ps.plugin, np.zeros(len(rows), np.int64))
                 if len(idx):

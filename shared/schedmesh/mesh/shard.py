@@ -67,12 +67,16 @@ class ShardEvaluator:
                 t[k] = 0.0
             t["requests"] = 0
 
-    def _my_rows(self) -> np.ndarray:
+    def _my_mask(self) -> np.ndarray:
+        """Per snapshot row: does this shard own the node? Recomputed when the node set changes."""
         cols = self.cache.snapshot.cols
         if self._rows_for is None or self._rows_for[0] is not cols:
-            mine = [i for i, n in enumerate(cols.names) if shard_of(n, self.shard_count) == self.shard_index]
-            self._rows_for = (cols, np.array(mine, np.int64))
+            mask = np.fromiter((shard_of(n, self.shard_count) == self.shard_index for n in cols.names), bool, cols.n)
+            self._rows_for = (cols, mask)
         return self._rows_for[1]
+
+    def _my_rows(self) -> np.ndarray:
+        return np.flatnonzero(self._my_mask()).astype(np.int64)
 
     def _prepare(self, view: spb.ClusterView, scheduler_name: str) -> tuple[Framework, float]:
         """Returns the framework and when evaluation may start (for the timing log)."""
@@ -123,9 +127,15 @@ class ShardEvaluator:
                                                       RequestNominator(req.view.nominated))
             self.algorithm.next_start_node_index += len(feasible) + len(diagnosis.node_to_status)
             names = snap.cols.names
-            resp.feasible.extend(names[r] for r in feasible)
+            resp.feasible.extend([names[r] for r in feasible.tolist()])
+            groups: dict[int, tuple] = {}  # statuses are shared objects: group nodes by status
             for node, s in diagnosis.node_to_status.items():
-                resp.failures.add(node=node, code=int(s.code), plugin=s.plugin, reasons=s.reasons)
+                g = groups.get(id(s))
+                if g is None:
+                    g = groups[id(s)] = (s, [])
+                g[1].append(node)
+            for s, nodes in groups.values():
+                resp.failures.add(code=int(s.code), plugin=s.plugin, reasons=s.reasons, nodes=nodes)
             return resp
 
     def score(self, req: spb.ScoreRequest) -> spb.ScoreResponse:
@@ -142,13 +152,12 @@ class ShardEvaluator:
             cols = snap.cols
             state = CycleState()
             fw.run_pre_filter(state, pod, snap)  # some PreScore steps read PreFilter state
-            all_rows = np.array([cols.index_of(n) for n in req.feasible], np.int64)
-            all_rows = all_rows[all_rows >= 0]
-            fw.run_pre_score(state, pod, snap, all_rows)
-            mine = all_rows[[shard_of(cols.names[r], self.shard_count) == self.shard_index for r in all_rows]] \
-                if len(all_rows) else all_rows
-            raw = fw.run_raw_score(state, pod, snap, mine)
-            resp = spb.ScoreResponse(shard=self.name, nodes=[cols.names[r] for r in mine])
+            all_rows = cols.rows_of(req.feasible)
+            known = all_rows >= 0
+            fw.run_pre_score(state, pod, snap, all_rows[known])
+            mine_pos = np.flatnonzero(known & self._my_mask()[np.where(known, all_rows, 0)])
+            raw = fw.run_raw_score(state, pod, snap, all_rows[mine_pos])
+            resp = spb.ScoreResponse(shard=self.name, positions=mine_pos.tolist())
             for plugin, arr in raw.items():
                 resp.scores.add(plugin=plugin, raw=arr.tolist())
             return resp
