@@ -91,19 +91,9 @@ def make_pdb(name: str, match_labels: Optional[dict] = None, allowed: int = 0, n
         spec["selector"] = selector
     doc = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
            "metadata": {"name": name, "namespace": namespace}, "spec": spec,
-           "status": {"disruptionsAllowed": allowed}}
-    pdb = load_text(json.dumps(doc)).pdbs[0]
-    if disrupted:
-        return PDBWithDisruptedPods(pdb.meta, pdb.selector, pdb.min_available, pdb.max_unavailable,
-                                    pdb.disruptions_allowed, {n: 0.0 for n in disrupted})
-    return pdb
-
-
-@dataclass(slots=True)
-class PDBWithDisruptedPods(PodDisruptionBudget):
-    """A PDB with status.disruptedPods (pod name -> eviction time), which api.types lacks so far."""
-
-    disrupted_pods: dict = field(default_factory=dict)
+           "status": {"disruptionsAllowed": allowed,
+                      "disruptedPods": {n: "2026-01-01T00:00:00Z" for n in disrupted}}}
+    return load_text(json.dumps(doc)).pdbs[0]
 
 
 def statuses(**by_node: Code) -> NodeToStatus:
