@@ -352,6 +352,11 @@ class QueueManager:
             items = [(a.pod, a.node) for a in self.assumed.values()]
         for pod, node in items:
             v.assumed.add(pod=convert.pod_to_proto(pod), node_name=node)
+        # Pods nominated by preemption count on their node in the shards' filters, as in
+        # kube's RunFilterPluginsWithNominatedPods.
+        for node in self.queue.nominated_node_names():
+            for pi in self.queue.nominated_pods_for_node(node):
+                v.nominated.add(pod=convert.pod_to_proto(pi.pod), node_name=node)
         return v
 
     # ---- scheduleOne -------------------------------------------------------------------
