@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -191,6 +192,11 @@ class FilterVerdicts:
 
 class Handle:
     """What plugins may ask of the framework (kube's framework.Handle), kept small."""
+
+    #: What the process a plugin runs in provides, by name: "binder" (a callable
+    #: binder(pod, node_name)), "pdbs", "nominator", "extenders", "preemption_executor",
+    #: "spread_selector_sources", "preemption_all_candidates". The runtime sets its own dict.
+    services: Mapping[str, Any] = MappingProxyType({})
 
     def snapshot(self) -> "Snapshot":  # pragma: no cover - implemented by the runtime
         raise NotImplementedError

@@ -24,10 +24,7 @@ class DefaultBinder(BindPlugin):
 
     def __init__(self, args: Optional[dict] = None, handle: Any = None) -> None:
         super().__init__(args, handle)
-        services = getattr(handle, "services", None)
-        candidate = services.get("binder") if isinstance(services, dict) else None
-        if candidate is None and handle is not None:
-            candidate = getattr(handle, "binder", None)
+        candidate = handle.services.get("binder") if handle is not None else None
         if candidate is None:
             candidate = (args or {}).get("binder")
         if candidate is not None and not callable(candidate):

@@ -26,18 +26,11 @@ class ServicesHandle:
         self.services = {"binder": binder}
 
 
-class AttrHandle:
-    def __init__(self, binder) -> None:
-        self.binder = binder
-
-
-@pytest.mark.parametrize("where", ["services", "attribute", "args"])
+@pytest.mark.parametrize("where", ["services", "args"])
 def test_binds_through_injected_binder(where):
     rec = Recorder()
     if where == "services":
         pl = DefaultBinder(None, ServicesHandle(rec))
-    elif where == "attribute":
-        pl = DefaultBinder(None, AttrHandle(rec))
     else:
         pl = DefaultBinder({"binder": rec})
     assert pl.bind(CycleState(), POD, "node-1") is None

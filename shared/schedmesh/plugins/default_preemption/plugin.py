@@ -39,7 +39,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin, EnqueueExtensions):
         self.last_outcome: Optional[PreemptionOutcome] = None
 
     def _services(self) -> dict:
-        return getattr(self.handle, "services", None) or {}
+        return self.handle.services if self.handle is not None else {}
 
     # ---- PostFilter ---------------------------------------------------------------------------
     def post_filter(self, state: CycleState, pod: Pod, node_to_status: NodeToStatus

@@ -55,8 +55,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         self.default_constraints = (SYSTEM_DEFAULT_CONSTRAINTS if self.system_defaulted
                                     else self.config.default_constraints)
         if sources is None and handle is not None:
-            sources = getattr(handle, "spread_selector_sources", None) or (
-                getattr(handle, "services", None) or {}).get("spread_selector_sources")
+            sources = handle.services.get("spread_selector_sources")
         self.selector_sources: SelectorSources = sources or NO_SELECTOR_SOURCES
         self._indexes = PodIndexCache()
         self._extensions = _Extensions()

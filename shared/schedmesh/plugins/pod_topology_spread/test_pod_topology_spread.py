@@ -1226,7 +1226,7 @@ def test_default_constraints_selector(case):
 
 def test_selector_sources_from_handle():
     class Handle:
-        spread_selector_sources = StaticSelectorSources(service_selectors={"default": [{"app": "w"}]})
+        services = {"spread_selector_sources": StaticSelectorSources(service_selectors={"default": [{"app": "w"}]})}
     pl = PodTopologySpread({}, Handle())
     assert len(pl.constraints_for(the_pod(pod("p", labels={"app": "w"})), SA)) == 2
 
