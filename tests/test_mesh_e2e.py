@@ -162,6 +162,33 @@ def test_gated_pod_waits_until_its_gates_are_removed(mesh) -> None:
     mesh.wait_bound("gated", 1, timeout=60)
 
 
+BIG_NODE = """apiVersion: v1
+kind: Node
+metadata: {name: big-0, labels: {topology.kubernetes.io/zone: zone-a}}
+status: {capacity: {cpu: "16", memory: 64Gi, pods: "110"}}
+"""
+
+
+@pytest.mark.timeout(200)
+def test_unschedulable_pod_moves_when_a_node_that_fits_arrives(mesh) -> None:
+    """Event-driven requeueing: the Node/Add event wakes the pod NodeResourcesFit rejected,
+    long before the 5-minute flush of unschedulable pods."""
+    mesh.apply(pods_manifest("big", 1, cpu="6"))
+    deadline = time.time() + 60
+    message = ""
+    while not message and time.time() < deadline:
+        try:
+            message = mesh.stub.DescribePod(queue_pb2.DescribeRequest(namespace="default", name="big-0")).pod.message
+        except grpc.RpcError as e:  # not in the queue-manager's cache yet
+            assert e.code() == grpc.StatusCode.NOT_FOUND
+        time.sleep(0.3)
+    assert message.startswith("0/12 nodes are available: 12 Insufficient cpu.")
+    t0 = time.time()
+    mesh.apply(BIG_NODE)
+    assert mesh.wait_bound("big", 1, timeout=60) == {"big-0": "big-0"}
+    assert time.time() - t0 < 30
+
+
 async def _bound_records(bootstrap: str) -> dict[str, set[str]]:
     """Every pod uid -> the set of nodes it was ever published as bound to."""
     nodes: dict[str, set[str]] = defaultdict(set)
