@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, TextIO
 
 from schedmesh.api.load import Manifests, admit_all, load_files
@@ -32,7 +32,6 @@ class PodDecision:
     message: Optional[str] = None
     preemption: Optional[dict[str, Any]] = None
     skipped: Optional[str] = None  # why the pod was not considered (no matching profile)
-    plugin_order: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pod": self.pod, "chosen": self.chosen, "nodes": self.nodes}
@@ -95,7 +94,7 @@ class Explainer:
             nodes[names[row]] = {"feasible": True, "scores": scores, "total": int(res.totals[i])}
         self._record_failures(nodes, names, res.diagnosis)
         snap.add_pod(pod, res.suggested_host)
-        return PodDecision(pod.key, res.suggested_host, nodes, plugin_order=list(res.plugin_scores))
+        return PodDecision(pod.key, res.suggested_host, nodes)
 
     @staticmethod
     def _record_failures(nodes: dict, names: list[str], diagnosis) -> None:

@@ -299,7 +299,6 @@ class SchedulingAlgorithm:
                               diagnosis: Diagnosis) -> np.ndarray:
         if not self.extenders or len(rows) == 0:
             return rows
-        names = snapshot.cols.names
         infos = snapshot.node_info_list
         current = [infos[r] for r in rows]
         before = len(current)
@@ -321,7 +320,6 @@ class SchedulingAlgorithm:
                     diagnosis.node_to_status.set(node, Status(Code.UNSCHEDULABLE, (msg,)))
         if len(current) != before:
             diagnosis.unschedulable_plugins.add(EXTENDER_NAME)
-        del names
         return np.array([ni.index for ni in current], np.int64)
 
     def _prioritize(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot",
