@@ -175,3 +175,135 @@ def test_entrypoint_shard_from_compose_replica_name(monkeypatch):
     assert env["SCHEDMESH_SHARD"] == "1"
     with pytest.raises(SystemExit):
         ep._replica_number("p-w-{n}", 1, timeout=0)
+
+
+# ------------------------------------------------------------------ observability
+METRICS_PORT = 9464
+PROMETHEUS = ROOT / "deploy" / "prometheus" / "prometheus.yml"
+DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
+K8S_VERSION = "1.35.0"
+
+
+def _k8s_by_kind() -> dict[str, dict[str, dict]]:
+    by_kind: dict[str, dict[str, dict]] = {}
+    for d in _k8s_docs():
+        by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
+    return by_kind
+
+
+def test_compose_matches_the_compose_spec():
+    import importlib.resources
+    import json
+
+    import jsonschema
+
+    schema = json.loads(importlib.resources.files("check_jsonschema.builtin_schemas.vendor")
+                        .joinpath("compose-spec.json").read_text())
+    jsonschema.validate(_compose(), schema)
+
+
+@pytest.mark.parametrize("doc", _k8s_docs(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}")
+def test_kubernetes_manifests_validate_against_the_api_schema(doc):
+    import kubernetes_validate
+
+    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_compose_published_ports_bind_loopback_only():
+    for name, s in _compose()["services"].items():
+        for p in s.get("ports", []):
+            assert isinstance(p, str) and p.startswith("127.0.0.1:"), f"{name}: {p}"
+
+
+def test_compose_services_expose_metrics_and_prometheus_scrapes_them():
+    services = _compose()["services"]
+    assert {"prometheus", "grafana"} <= set(services)
+    assert services["jaeger"]["image"].startswith("jaegertracing/jaeger:2.")
+    for name in SCHEDMESH_SERVICES:
+        s = services[name]
+        assert s["environment"]["SCHEDMESH_METRICS_PORT"] == str(METRICS_PORT), name
+        assert any(p.endswith(f":{METRICS_PORT}") for p in s["ports"]), f"{name} publishes no metrics port"
+    prom = yaml.safe_load(PROMETHEUS.read_text())
+    scraped = {}
+    for job in prom["scrape_configs"]:
+        for sd in job.get("dns_sd_configs", []):
+            for host in sd["names"]:
+                scraped[host] = sd["port"]
+        for sc in job.get("static_configs", []):
+            for target in sc["targets"]:
+                host, _, port = target.rpartition(":")
+                scraped[host] = int(port)
+    for name in SCHEDMESH_SERVICES:
+        assert scraped.get(name) == METRICS_PORT, f"Prometheus does not scrape {name}:{METRICS_PORT}"
+    volumes = " ".join(services["prometheus"]["volumes"])
+    assert "./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml" in volumes
+
+
+def test_kubernetes_pods_expose_metrics_for_prometheus():
+    by_kind = _k8s_by_kind()
+    env = dict(lit.split("=", 1) for lit in next(
+        g for g in yaml.safe_load((K8S / "kustomization.yaml").read_text())["configMapGenerator"]
+        if g["name"] == "schedmesh-env")["literals"])
+    assert env["SCHEDMESH_METRICS_PORT"] == str(METRICS_PORT)
+    workloads = {**by_kind["Deployment"], **by_kind["StatefulSet"]}
+    for name in SCHEDMESH_SERVICES:
+        template = workloads[name]["spec"]["template"]
+        annotations = template["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true", name
+        assert annotations["prometheus.io/port"] == str(METRICS_PORT), name
+        assert annotations["prometheus.io/path"] == "/metrics", name
+        [container] = template["spec"]["containers"]
+        assert {"name": "metrics", "containerPort": METRICS_PORT} in container["ports"], name
+        service_ports = {p["name"]: p for p in by_kind["Service"][name]["spec"]["ports"]}
+        assert service_ports["metrics"]["port"] == METRICS_PORT and service_ports["metrics"]["targetPort"] == "metrics"
+    jaeger = by_kind["Deployment"]["jaeger"]["spec"]["template"]["spec"]["containers"][0]
+    assert jaeger["image"].startswith("jaegertracing/jaeger:2.")
+
+
+def _series_to_metric(series: str, defined: dict[str, str]) -> str | None:
+    """The metric a PromQL series name belongs to (histograms expose _bucket/_sum/_count)."""
+    if series in defined:
+        return series
+    for suffix in ("_bucket", "_sum", "_count"):
+        base = series.removesuffix(suffix)
+        if base != series and defined.get(base) == "histogram":
+            return base
+    return None
+
+
+def test_grafana_dashboard_uses_only_defined_metrics():
+    import json
+
+    from schedmesh.telemetry.metrics import metric_names
+
+    defined = metric_names()
+    dashboards = sorted(DASHBOARDS.glob("*.json"))
+    assert dashboards
+    used = set()
+    for f in dashboards:
+        dash = json.loads(f.read_text())
+        assert dash["uid"] and dash["title"] and dash["panels"]
+        for panel in dash["panels"]:
+            assert panel["targets"], panel["title"]
+            for target in panel["targets"]:
+                names = re.findall(r"\b(?:scheduler|schedmesh)_[a-z0-9_]+", target["expr"])
+                assert names, target["expr"]
+                for series in names:
+                    metric = _series_to_metric(series, defined)
+                    assert metric, f"{f.name} / {panel['title']}: {series} is not defined in telemetry/metrics.py"
+                    used.add(metric)
+    # what the dashboard promises to show
+    assert {"scheduler_schedule_attempts_total", "scheduler_scheduling_attempt_duration_seconds",
+            "scheduler_pending_pods", "schedmesh_shard_request_duration_seconds",
+            "schedmesh_binder_conflicts_total", "schedmesh_evictions_total",
+            "schedmesh_kafka_consumer_lag"} <= used
+
+
+def test_grafana_provisioning_points_at_the_dashboards_and_prometheus():
+    services = _compose()["services"]
+    mounts = {container: host for host, container in (v.split(":")[:2] for v in services["grafana"]["volumes"])}
+    provisioning = ROOT / mounts["/etc/grafana/provisioning"]
+    [provider] = yaml.safe_load((provisioning / "dashboards" / "schedmesh.yaml").read_text())["providers"]
+    assert mounts[provider["options"]["path"]] == "./deploy/grafana/dashboards"
+    [source] = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())["datasources"]
+    assert source["url"] == "http://prometheus:9090" and source["uid"] == "prometheus"

@@ -1,5 +1,16 @@
 """What every mesh service process shares: a gRPC server with health checking and graceful
-shutdown, tracing from OTEL_* variables, and a ClusterCache fed from the event bus."""
+shutdown, Prometheus /metrics, logs in kube's formats, tracing from OTEL_* variables, and a
+ClusterCache fed from the event bus.
+
+Environment:
+
+* ``SCHEDMESH_HOST`` / the port argument: where the gRPC server listens.
+* ``SCHEDMESH_METRICS_PORT``: the /metrics port on the same host; 0 (default) picks a free
+  one (``ServiceProcess.metrics_port`` tells which, and the start is logged); -1 turns the
+  endpoint off.
+* ``SCHEDMESH_LOG_FORMAT`` (text | json), ``SCHEDMESH_VERBOSITY``, ``SCHEDMESH_LOG_LEVEL``:
+  see :mod:`schedmesh.telemetry.logs`.
+"""
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +24,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from schedmesh.bus import EventConsumer, Record
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, ClusterCache
-from schedmesh.telemetry import TracingServerInterceptor, setup_tracing, shutdown_tracing
+from schedmesh.telemetry import (
+    TracingServerInterceptor,
+    metrics,
+    setup_logging,
+    setup_tracing,
+    shutdown_tracing,
+)
 
 log = logging.getLogger("schedmesh.mesh")
 
@@ -21,17 +38,30 @@ GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_m
 
 
 def configure_logging(service: str) -> None:
-    logging.basicConfig(level=os.environ.get("SCHEDMESH_LOG_LEVEL", "INFO"),
-                        format=f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s")
+    """klog-style text lines (JSON with SCHEDMESH_LOG_FORMAT=json) on stderr, each with the
+    current span's trace_id/span_id and the pod given in ``extra={"pod": ...}``; levels from
+    SCHEDMESH_VERBOSITY (kube's -v) or SCHEDMESH_LOG_LEVEL (schedmesh.telemetry.logs)."""
+    setup_logging(service)
+
+
+def metrics_port_from_env(default: int = 0) -> Optional[int]:
+    """SCHEDMESH_METRICS_PORT: a port, 0 for a free one, -1 for no /metrics (None)."""
+    raw = os.environ.get("SCHEDMESH_METRICS_PORT", "").strip()
+    port = int(raw) if raw else default
+    return None if port < 0 else port
 
 
 class ServiceProcess:
     """A service's gRPC server, health status and shutdown handling."""
 
-    def __init__(self, name: str, port: int, host: Optional[str] = None) -> None:
+    def __init__(self, name: str, port: int, host: Optional[str] = None,
+                 metrics_port: Optional[int] = None) -> None:
         # Local runs listen on loopback only; containers set SCHEDMESH_HOST=0.0.0.0.
         host = host or os.environ.get("SCHEDMESH_HOST", "127.0.0.1")
         self.name, self.host, self.port = name, host, port
+        # the requested /metrics port (None: off); after start(), the bound one
+        self.metrics_port: Optional[int] = metrics_port if metrics_port is not None else metrics_port_from_env()
+        self.metrics_server: Optional[metrics.MetricsServer] = None
         configure_logging(name)
         setup_tracing(name)
         self.server = grpc.aio.server(interceptors=[TracingServerInterceptor()], options=GRPC_OPTIONS)
@@ -56,12 +86,28 @@ class ServiceProcess:
         if bound == 0:
             raise RuntimeError(f"{self.name}: cannot listen on {self.host}:{self.port}")
         self.port = bound
+        self._start_metrics()
         await self.set_serving(False)
         await self.server.start()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
         log.info("%s listening on %s:%d", self.name, self.host, self.port)
+
+    def _start_metrics(self) -> None:
+        if self.metrics_port is None or self.metrics_server is not None:
+            return
+        try:
+            self.metrics_server = metrics.start_metrics_server(self.metrics_port, self.host)
+        except OSError as e:
+            raise RuntimeError(f"{self.name}: cannot serve metrics on {self.host}:{self.metrics_port}: {e}") from e
+        self.metrics_port = self.metrics_server.port
+        log.info("%s metrics on %s", self.name, self.metrics_server.url)
+
+    def _stop_metrics(self) -> None:
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+            self.metrics_server = None
 
     async def wait_and_stop(self, cleanup: Optional[Callable[[], Awaitable]] = None, grace: float = 5.0) -> None:
         await self.stopping.wait()
@@ -73,6 +119,7 @@ class ServiceProcess:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._stop_metrics()
         shutdown_tracing()
 
 
@@ -87,6 +134,7 @@ class CacheFollower:
         self.on_record = on_record
         self._user_restart = on_restart
         self.consumer = EventConsumer(bootstrap, list(topics), client_id=client_id, on_restart=self._restarted)
+        self._lag = metrics.ConsumerLagSampler(client_id)
 
     async def _restarted(self) -> None:
         # A memory-only broker came back empty: offsets start again from 0. Keep the cached
@@ -100,20 +148,36 @@ class CacheFollower:
         if r.value is not None:
             try:
                 self.cache.apply(r.topic, r.value, r.offset, r.partition)
+                metrics.observe_records_applied(r.topic)
             except Exception:  # a bad record must not stop the cache
                 log.exception("cannot apply record %s/%d@%d", r.topic, r.partition, r.offset)
         if self.on_record is not None:
             self.on_record(r)
 
+    def apply_records(self, records: list[Record]) -> None:
+        """Apply one batch from the consumer (thread-safe as ClusterCache.apply is); for
+        owners that run their own read loop instead of :meth:`follow`."""
+        if records:
+            metrics.observe_batch("cache_apply", len(records))
+        for r in records:
+            self._apply(r)
+
+    async def sample_lag(self) -> None:
+        """Update schedmesh_kafka_consumer_lag; cheap, does the work at most once a second.
+        Call it after each getmany when not using :meth:`follow`."""
+        # EventConsumer keeps its aiokafka consumer private (bus/ is not this module's).
+        await self._lag.sample(getattr(self.consumer, "_consumer", None))
+
     async def start(self, timeout: float = 60.0) -> None:
         await self.consumer.start(timeout)
         for r in await self.consumer.catch_up(timeout):
             self._apply(r)
+        await self.sample_lag()
 
     async def follow(self) -> None:
         while True:
-            for r in await self.consumer.getmany(timeout=0.5):
-                self._apply(r)
+            self.apply_records(await self.consumer.getmany(timeout=0.5))
+            await self.sample_lag()
 
     async def stop(self) -> None:
         await self.consumer.stop()

@@ -6,9 +6,18 @@
 * gRPC metadata: :func:`inject_grpc_metadata`, :func:`extract_grpc_metadata`,
   :func:`client_interceptors` (grpc.aio channel), :class:`TracingServerInterceptor`
   (grpc.aio server) and :func:`server_span` (inside a servicer method).
+* Span conventions: :func:`k8s_attributes`, :func:`set_pod`, :func:`set_node`,
+  :func:`set_error` (``k8s.pod.name``, ``k8s.namespace.name``, ``k8s.node.name``; errors
+  as span status).
+* Logs: :func:`setup_logging` - klog-style text or JSON lines, with the current span's
+  trace_id/span_id and the pod passed in ``extra={"pod": ...}`` (:mod:`.logs`).
+* :mod:`schedmesh.telemetry.metrics` - Prometheus metrics (kube-scheduler's and the
+  mesh's), one recording function per event, and the /metrics server. Imported on its
+  own: ``from schedmesh.telemetry import metrics``.
 * :mod:`schedmesh.telemetry.testing` - an in-process OTLP receiver for tests.
 """
 
+from schedmesh.telemetry.conventions import k8s_attributes, set_error, set_node, set_pod
 from schedmesh.telemetry.grpc_tracing import (
     TracingServerInterceptor,
     TracingStreamStreamClientInterceptor,
@@ -18,6 +27,7 @@ from schedmesh.telemetry.grpc_tracing import (
     client_interceptors,
     server_span,
 )
+from schedmesh.telemetry.logs import TraceContextFilter, setup_logging
 from schedmesh.telemetry.propagation import (
     extract_grpc_metadata,
     extract_kafka_headers,
@@ -26,12 +36,14 @@ from schedmesh.telemetry.propagation import (
 )
 from schedmesh.telemetry.setup import (
     make_tracer_provider,
+    service_resource,
     setup_tracing,
     shutdown_tracing,
     tracing_configured,
 )
 
 __all__ = [
+    "TraceContextFilter",
     "TracingServerInterceptor",
     "TracingStreamStreamClientInterceptor",
     "TracingStreamUnaryClientInterceptor",
@@ -42,8 +54,14 @@ __all__ = [
     "extract_kafka_headers",
     "inject_grpc_metadata",
     "inject_kafka_headers",
+    "k8s_attributes",
     "make_tracer_provider",
     "server_span",
+    "service_resource",
+    "set_error",
+    "set_node",
+    "set_pod",
+    "setup_logging",
     "setup_tracing",
     "shutdown_tracing",
     "tracing_configured",

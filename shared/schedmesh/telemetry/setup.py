@@ -14,9 +14,10 @@
   ``OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4317``. ``OTEL_EXPORTER_OTLP_PROTOCOL``
   other than ``grpc`` is not supported (the HTTP exporter is not a dependency); a
   warning is logged and gRPC is used.
-* ``OTEL_SERVICE_NAME`` overrides the ``service_name`` argument;
-  ``OTEL_RESOURCE_ATTRIBUTES`` is merged in. The sampler (``OTEL_TRACES_SAMPLER``)
-  and batch settings (``OTEL_BSP_*``) are read by the SDK.
+* Resource: ``service.name`` (the ``service_name`` argument), ``service.namespace=schedmesh``
+  and ``service.instance.id`` (``SCHEDMESH_INSTANCE_ID``, else ``<service_name>@<hostname>``).
+  ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` override any of them.
+* The sampler (``OTEL_TRACES_SAMPLER``) and batch settings (``OTEL_BSP_*``) are read by the SDK.
 
 Spans go through a :class:`BatchSpanProcessor`; :func:`shutdown_tracing` flushes it.
 The global tracer provider can be set once per process (an OpenTelemetry rule): a
@@ -27,11 +28,18 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from collections.abc import Sequence
 
 from opentelemetry import trace
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.resources import (
+    SERVICE_INSTANCE_ID,
+    SERVICE_NAME,
+    SERVICE_NAMESPACE,
+    OTELResourceDetector,
+    Resource,
+)
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
@@ -86,14 +94,22 @@ def _exporters_from_env() -> list[SpanExporter]:
     return exporters
 
 
+def service_resource(service_name: str, instance_id: str | None = None) -> Resource:
+    """service.name, service.namespace=schedmesh and service.instance.id, under whatever
+    OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES set (those win)."""
+    instance_id = instance_id or _env("SCHEDMESH_INSTANCE_ID") or f"{service_name}@{socket.gethostname()}"
+    defaults = {SERVICE_NAME: service_name, SERVICE_NAMESPACE: "schedmesh", SERVICE_INSTANCE_ID: instance_id}
+    from_env = OTELResourceDetector().detect().attributes
+    return Resource.create({k: v for k, v in defaults.items() if k not in from_env})
+
+
 def make_tracer_provider(service_name: str, exporters: Sequence[SpanExporter]) -> TracerProvider:
     """An SDK provider for ``service_name`` with one BatchSpanProcessor per exporter.
 
     Does not touch the global provider: tests and tools that need a private provider
     use this and pass it to the interceptors / bus explicitly.
     """
-    attributes = {} if _env("OTEL_SERVICE_NAME") else {SERVICE_NAME: service_name}
-    provider = TracerProvider(resource=Resource.create(attributes))
+    provider = TracerProvider(resource=service_resource(service_name))
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider

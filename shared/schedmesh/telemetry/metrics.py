@@ -1,0 +1,341 @@
+"""Prometheus metrics for schedmesh: kube-scheduler v1.35's own metrics plus the mesh's.
+
+The ``scheduler_*`` metrics carry kube-scheduler v1.35.4's names, label names, buckets and
+help texts (pkg/scheduler/metrics/metrics.go). kube's component-base prefixes every help
+text with the stability level (``[STABLE] ...``), so the help texts here do too: a scrape of
+schedmesh reads like a scrape of kube-scheduler, and kube's dashboards and alerts work
+unchanged. The ``schedmesh_*`` metrics describe the mesh itself.
+
+Scheduler code calls one function per event, e.g.::
+
+    from schedmesh.telemetry import metrics
+    metrics.observe_attempt(metrics.SCHEDULED, profile, seconds)
+    metrics.set_pending_pods(active=3, backoff=1, unschedulable=0, gated=2)
+
+Every service serves ``/metrics`` through :class:`schedmesh.mesh.runtime.ServiceProcess`
+(:func:`start_metrics_server`); :func:`serve_metrics` does the same for other programs.
+All metrics live in prometheus_client's default registry, next to its process_* and
+python_* collectors (kube-scheduler's go_* and process_* counterparts).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any, Optional
+
+import prometheus_client
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+log = logging.getLogger(__name__)
+
+# kube-scheduler exposes no *_created series; neither do we.
+prometheus_client.disable_created_metrics()
+
+
+def exponential_buckets(start: float, factor: float, count: int) -> list[float]:
+    """Go's prometheus.ExponentialBuckets, multiplied step by step as Go does (same floats)."""
+    buckets = []
+    for _ in range(count):
+        buckets.append(start)
+        start *= factor
+    return buckets
+
+
+# ----------------------------------------------------------------------- label values
+# scheduler_schedule_attempts_total / scheduler_scheduling_attempt_duration_seconds {result}
+SCHEDULED, UNSCHEDULABLE, ERROR = "scheduled", "unschedulable", "error"
+# scheduler_pending_pods / scheduler_queue_incoming_pods_total {queue}
+QUEUES = ("active", "backoff", "unschedulable", "gated")
+# {extension_point}, as kube spells them
+EXTENSION_POINTS = (
+    "PreFilter", "Filter", "PreFilterExtensionAddPod", "PreFilterExtensionRemovePod",
+    "PostFilter", "PreScore", "Score", "ScoreExtensionNormalize", "PreBind",
+    "PreBindPreFlight", "Bind", "PostBind", "Reserve", "Unreserve", "Permit", "Sign",
+)
+
+# ------------------------------------------------------------------- kube-scheduler's
+SCHEDULE_ATTEMPTS = Counter(
+    "scheduler_schedule_attempts_total",
+    "[STABLE] Number of attempts to schedule pods, by the result. 'unschedulable' means a pod "
+    "could not be scheduled, while 'error' means an internal scheduler problem.",
+    ["result", "profile"],
+)
+SCHEDULING_ATTEMPT_DURATION = Histogram(
+    "scheduler_scheduling_attempt_duration_seconds",
+    "[STABLE] Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+    ["result", "profile"],
+    buckets=exponential_buckets(0.001, 2, 15),
+)
+POD_SCHEDULING_SLI_DURATION = Histogram(
+    "scheduler_pod_scheduling_sli_duration_seconds",
+    "[BETA] E2e latency for a pod being scheduled, from the time the pod enters the scheduling "
+    "queue and might involve multiple scheduling attempts.",
+    ["attempts"],
+    buckets=exponential_buckets(0.01, 2, 20),
+)
+POD_SCHEDULING_ATTEMPTS = Histogram(
+    "scheduler_pod_scheduling_attempts",
+    "[STABLE] Number of attempts to successfully schedule a pod.",
+    buckets=exponential_buckets(1, 2, 5),
+)
+PENDING_PODS = Gauge(
+    "scheduler_pending_pods",
+    "[STABLE] Number of pending pods, by the queue type. 'active' means number of pods in "
+    "activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods "
+    "in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the "
+    "number of unschedulable pods that the scheduler never attempted to schedule because they "
+    "are gated.",
+    ["queue"],
+)
+QUEUE_INCOMING_PODS = Counter(
+    "scheduler_queue_incoming_pods_total",
+    "[STABLE] Number of pods added to scheduling queues by event and queue type.",
+    ["queue", "event"],
+)
+FRAMEWORK_EXTENSION_POINT_DURATION = Histogram(
+    "scheduler_framework_extension_point_duration_seconds",
+    "[STABLE] Latency for running all plugins of a specific extension point.",
+    ["extension_point", "status", "profile"],
+    buckets=exponential_buckets(0.0001, 2, 12),
+)
+PLUGIN_EXECUTION_DURATION = Histogram(
+    "scheduler_plugin_execution_duration_seconds",
+    "[ALPHA] Duration for running a plugin at a specific extension point.",
+    ["plugin", "extension_point", "status"],
+    buckets=exponential_buckets(0.00001, 1.5, 20),
+)
+PREEMPTION_ATTEMPTS = Counter(
+    "scheduler_preemption_attempts_total",
+    "[STABLE] Total preemption attempts in the cluster till now",
+)
+PREEMPTION_VICTIMS = Histogram(
+    "scheduler_preemption_victims",
+    "[STABLE] Number of selected preemption victims",
+    buckets=exponential_buckets(1, 2, 7),
+)
+
+# ------------------------------------------------------------------------ the mesh's
+SHARD_REQUEST_DURATION = Histogram(
+    "schedmesh_shard_request_duration_seconds",
+    "Latency of one Filter or Score request from the queue-manager to one shard, in seconds.",
+    ["shard", "method"],
+    buckets=exponential_buckets(0.0005, 2, 16),
+)
+BATCH_SIZE = Histogram(
+    "schedmesh_batch_size",
+    "Number of items handled together in one batch, by pipeline stage.",
+    ["stage"],
+    buckets=exponential_buckets(1, 2, 14),
+)
+KAFKA_CONSUMER_LAG = Gauge(
+    "schedmesh_kafka_consumer_lag",
+    "Records a consumer has not read yet (high watermark minus position), summed over the "
+    "topic's assigned partitions.",
+    ["consumer", "topic"],
+)
+BINDER_CONFLICTS = Counter(
+    "schedmesh_binder_conflicts_total",
+    "Bind requests the binder refused, by reason.",
+    ["reason"],
+)
+EVICTIONS = Counter(
+    "schedmesh_evictions_total",
+    "Pods evicted, by reason.",
+    ["reason"],
+)
+RECORDS_APPLIED = Counter(
+    "schedmesh_records_applied_total",
+    "Event-bus records applied to a cluster cache replica, by topic.",
+    ["topic"],
+)
+
+SCHEDULER_METRICS = (
+    SCHEDULE_ATTEMPTS, SCHEDULING_ATTEMPT_DURATION, POD_SCHEDULING_SLI_DURATION,
+    POD_SCHEDULING_ATTEMPTS, PENDING_PODS, QUEUE_INCOMING_PODS, FRAMEWORK_EXTENSION_POINT_DURATION,
+    PLUGIN_EXECUTION_DURATION, PREEMPTION_ATTEMPTS, PREEMPTION_VICTIMS,
+)
+MESH_METRICS = (
+    SHARD_REQUEST_DURATION, BATCH_SIZE, KAFKA_CONSUMER_LAG, BINDER_CONFLICTS, EVICTIONS,
+    RECORDS_APPLIED,
+)
+ALL_METRICS = SCHEDULER_METRICS + MESH_METRICS
+
+
+def metric_names() -> dict[str, str]:
+    """Every metric defined here: exposed name -> type (counter, gauge, histogram)."""
+    names = {}
+    for m in ALL_METRICS:
+        for family in m.describe():
+            name = family.name + "_total" if family.type == "counter" else family.name
+            names[name] = family.type
+    return names
+
+
+# --------------------------------------------------------------------- recording helpers
+def status_label(status: Any) -> str:
+    """kube's status label: None -> "Success"; a framework Status or Code -> its kube name
+    ("Unschedulable", "UnschedulableAndUnresolvable", "Error", "Skip", ...); a str as is."""
+    if status is None:
+        return "Success"
+    if isinstance(status, str):
+        return status
+    code = getattr(status, "code", status)
+    return str(code)
+
+
+def observe_attempt(result: str, profile: str, seconds: float) -> None:
+    """One scheduling attempt ended (scheduling algorithm + binding) with ``result``
+    (SCHEDULED, UNSCHEDULABLE or ERROR) for the pod's ``profile`` (its schedulerName)."""
+    SCHEDULE_ATTEMPTS.labels(result, profile).inc()
+    SCHEDULING_ATTEMPT_DURATION.labels(result, profile).observe(seconds)
+
+
+def observe_pod_scheduled(attempts: int, seconds: float) -> None:
+    """A pod was bound after ``attempts`` attempts, ``seconds`` after it first entered the
+    scheduling queue (kube's SLI: records both pod_scheduling_* metrics)."""
+    POD_SCHEDULING_SLI_DURATION.labels(str(attempts)).observe(seconds)
+    POD_SCHEDULING_ATTEMPTS.observe(attempts)
+
+
+def set_pending_pods(*, active: Optional[int] = None, backoff: Optional[int] = None,
+                     unschedulable: Optional[int] = None, gated: Optional[int] = None) -> None:
+    """The queue's current sizes; queues not given keep their value."""
+    for queue, count in (("active", active), ("backoff", backoff),
+                         ("unschedulable", unschedulable), ("gated", gated)):
+        if count is not None:
+            PENDING_PODS.labels(queue).set(count)
+
+
+def add_pending_pods(queue: str, delta: int) -> None:
+    """A pod entered (+1) or left (-1) ``queue`` (active, backoff, unschedulable, gated)."""
+    PENDING_PODS.labels(queue).inc(delta)
+
+
+def observe_incoming_pod(queue: str, event: str) -> None:
+    """A pod was added to ``queue`` because of ``event`` (kube's event label, e.g. "PodAdd",
+    "ScheduleAttemptFailure", "BackoffComplete", "NodeAdd")."""
+    QUEUE_INCOMING_PODS.labels(queue, event).inc()
+
+
+def observe_extension_point(extension_point: str, status: Any, profile: str, seconds: float) -> None:
+    """All plugins of one extension point ran for ``seconds``; ``status`` as status_label."""
+    FRAMEWORK_EXTENSION_POINT_DURATION.labels(extension_point, status_label(status), profile).observe(seconds)
+
+
+def observe_plugin(plugin: str, extension_point: str, status: Any, seconds: float) -> None:
+    """One plugin ran at one extension point for ``seconds``. (kube samples this one: it
+    records 10 % of scheduling cycles; callers may do the same.)"""
+    PLUGIN_EXECUTION_DURATION.labels(plugin, extension_point, status_label(status)).observe(seconds)
+
+
+def observe_preemption(victims: Optional[int]) -> None:
+    """PostFilter tried preemption; ``victims`` is how many it selected (None: no candidate,
+    only the attempt is counted, as in kube)."""
+    PREEMPTION_ATTEMPTS.inc()
+    if victims is not None:
+        PREEMPTION_VICTIMS.observe(victims)
+
+
+def observe_shard_request(shard: str | int, method: str, seconds: float) -> None:
+    """One Filter/Score request to ``shard`` (its index or address) took ``seconds``."""
+    SHARD_REQUEST_DURATION.labels(str(shard), method).observe(seconds)
+
+
+@contextlib.contextmanager
+def time_shard_request(shard: str | int, method: str) -> Iterator[None]:
+    """``with time_shard_request(0, "Filter"): ...`` observes the block's duration (also when it raises)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        observe_shard_request(shard, method, time.perf_counter() - start)
+
+
+def observe_batch(stage: str, size: int) -> None:
+    """``size`` items went through ``stage`` together (e.g. "bind", "publish", "apply")."""
+    BATCH_SIZE.labels(stage).observe(size)
+
+
+def observe_binder_conflict(reason: str) -> None:
+    """The binder refused a bind (e.g. "Insufficient cpu", "node not found", "already bound")."""
+    BINDER_CONFLICTS.labels(reason).inc()
+
+
+def observe_eviction(reason: str) -> None:
+    """A pod was evicted (e.g. "Preempted", "TaintManagerEviction", "NodePressure", "API")."""
+    EVICTIONS.labels(reason).inc()
+
+
+def observe_records_applied(topic: str, count: int = 1) -> None:
+    """``count`` records of ``topic`` were applied to a cluster cache."""
+    RECORDS_APPLIED.labels(topic).inc(count)
+
+
+def set_consumer_lag(consumer: str, topic: str, lag: int) -> None:
+    KAFKA_CONSUMER_LAG.labels(consumer, topic).set(lag)
+
+
+class ConsumerLagSampler:
+    """Sets schedmesh_kafka_consumer_lag from an aiokafka consumer: for every assigned
+    partition, the high watermark of the last fetch minus the consumer's position, summed per
+    topic. Call :meth:`sample` after each poll; it does the work at most every ``interval``
+    seconds, and only reads what the consumer already knows (no broker round trip)."""
+
+    def __init__(self, consumer_name: str, interval: float = 1.0) -> None:
+        self.consumer_name = consumer_name
+        self.interval = interval
+        self._last = float("-inf")
+
+    async def sample(self, kafka_consumer: Any) -> Optional[dict[str, int]]:
+        """The lag per topic it set, or None when skipped (too soon, or no consumer)."""
+        now = time.monotonic()
+        if kafka_consumer is None or now - self._last < self.interval:
+            return None
+        self._last = now
+        lags: dict[str, int] = {}
+        try:
+            for tp in kafka_consumer.assignment():
+                high = kafka_consumer.highwater(tp)
+                if high is None:  # nothing fetched from this partition yet
+                    continue
+                position = await kafka_consumer.position(tp)
+                lags[tp.topic] = lags.get(tp.topic, 0) + max(0, high - position)
+        except Exception as exc:  # noqa: BLE001 - consumer closing or rebalancing: try next time
+            log.debug("consumer lag not sampled: %r", exc)
+            return None
+        for topic, lag in lags.items():
+            set_consumer_lag(self.consumer_name, topic, lag)
+        return lags
+
+
+# ---------------------------------------------------------------------------- serving
+class MetricsServer:
+    """prometheus_client's HTTP server (a daemon thread, so a scrape never waits for the
+    event loop) answering ``GET /metrics``."""
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
+        self._httpd, self._thread = prometheus_client.start_http_server(port, addr=host, registry=REGISTRY)
+        self.host = host
+        self.port: int = self._httpd.server_port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+def start_metrics_server(port: int = 0, host: str = "127.0.0.1") -> MetricsServer:
+    """Serve /metrics on ``host:port`` (0: a free port; read it from ``.port``)."""
+    return MetricsServer(port, host)
+
+
+def serve_metrics(port: int = 0, host: str = "127.0.0.1") -> int:
+    """Serve /metrics for the rest of the process; returns the bound port (port 0 picks one)."""
+    return start_metrics_server(port, host).port

@@ -1,0 +1,61 @@
+"""Span attribute conventions and the service resource."""
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from schedmesh.api.types import ObjectMeta, Pod
+from schedmesh.telemetry import k8s_attributes, service_resource, set_error, set_node, set_pod
+
+
+@pytest.fixture
+def spans():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider.get_tracer("t"), exporter
+
+
+def test_pod_and_node_attributes(spans) -> None:
+    tracer, exporter = spans
+    pod = Pod(meta=ObjectMeta(name="web-1", namespace="default", uid="u-1"))
+    with tracer.start_as_current_span("schedule_pod") as span:
+        set_pod(span, pod)
+        set_node(span, "node-3")
+        set_node(span, "")  # an unknown node leaves the attribute alone
+    [done] = exporter.get_finished_spans()
+    assert dict(done.attributes) == {"k8s.pod.name": "web-1", "k8s.namespace.name": "default",
+                                     "k8s.pod.uid": "u-1", "k8s.node.name": "node-3"}
+    assert k8s_attributes("ns/p") == {"k8s.pod.name": "p", "k8s.namespace.name": "ns"}
+    assert k8s_attributes({"metadata": {"name": "p"}}, node="n") == {"k8s.pod.name": "p", "k8s.node.name": "n"}
+
+
+def test_errors_become_span_status(spans) -> None:
+    tracer, exporter = spans
+    with tracer.start_as_current_span("bind") as span:
+        set_error(span, ValueError("node full"))
+    with tracer.start_as_current_span("filter") as span:
+        set_error(span, "shard 2 timed out")
+    failed, timed_out = exporter.get_finished_spans()
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.status.description == "ValueError: node full"
+    assert [e.name for e in failed.events] == ["exception"]
+    assert timed_out.status.description == "shard 2 timed out" and not timed_out.events
+
+
+def test_service_resource(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "SCHEDMESH_INSTANCE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    attrs = service_resource("filter-worker-1").attributes
+    assert attrs["service.name"] == "filter-worker-1"
+    assert attrs["service.namespace"] == "schedmesh"
+    assert attrs["service.instance.id"].startswith("filter-worker-1@")
+    monkeypatch.setenv("SCHEDMESH_INSTANCE_ID", "fw-1")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "filter-worker")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.namespace=other")
+    attrs = service_resource("filter-worker-1").attributes
+    assert (attrs["service.name"], attrs["service.namespace"], attrs["service.instance.id"]) == (
+        "filter-worker", "other", "fw-1")
