@@ -2,7 +2,8 @@
 
 Prints one ``ready`` line with the bootstrap address once a Kafka client can create a
 topic, then runs until SIGINT/SIGTERM (or until the broker dies, whose exit code is
-returned).
+returned). Tansu dies with this process (on Linux), so a killed wrapper leaves no broker
+behind.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ async def _run(args: argparse.Namespace) -> int:
         log_path=args.log_file,
         cluster_id=args.cluster_id,
         startup_timeout=args.startup_timeout,
+        # spawned from this (main) thread: killing this wrapper, even with SIGKILL, kills Tansu
+        die_with_parent=True,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

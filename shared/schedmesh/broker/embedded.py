@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import ctypes
 import importlib.resources
 import logging
 import os
@@ -17,13 +18,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
-from typing import IO, Any, Self, TypeVar
+from typing import IO, Any, Callable, Self, TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
@@ -135,6 +137,30 @@ def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
     return box["value"]
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when its parent dies (Linux
+    ``PR_SET_PDEATHSIG``), so killing the parent, even with SIGKILL, never leaks it.
+    None where that is not available. The signal comes when the *thread* that spawned the
+    child ends, so only use it from a thread that lives as long as the process."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os._exit(1)
+
+    return preexec
+
+
 # Running brokers, stopped at interpreter exit so a crashed test run leaves no orphans.
 _live_brokers: set[EmbeddedBroker] = set()
 
@@ -159,6 +185,10 @@ class EmbeddedBroker:
     context-manager exit) unless the broker failed. ``log_path="-"`` inherits this
     process's stdout/stderr (used by ``python -m schedmesh.broker``).
 
+    ``die_with_parent=True`` (Linux) kills Tansu when this process dies, however it dies; it
+    must then be started from a thread that lives as long as the process (the main thread of
+    ``python -m schedmesh.broker``), since the kernel signals the end of the spawning thread.
+
     Usable as ``with EmbeddedBroker() as b:`` and ``async with EmbeddedBroker() as b:``.
     """
 
@@ -173,8 +203,10 @@ class EmbeddedBroker:
         startup_timeout: float = 20.0,
         stop_timeout: float = 5.0,
         env: Mapping[str, str] | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         self._host = host
+        self._die_with_parent = die_with_parent
         self._port_fixed = port is not None
         self._port = port if port is not None else free_port(host)
         self._fixed_cluster_id = cluster_id
@@ -309,6 +341,7 @@ class EmbeddedBroker:
             # Own process group: a Ctrl-C meant for the parent does not reach the
             # broker directly; the parent stops it in order.
             start_new_session=True,
+            preexec_fn=_die_with_parent() if self._die_with_parent else None,
         )
 
     async def _wait_ready(self) -> None:

@@ -4,15 +4,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from schedmesh.cli.supervisor import (NOT_RUNNING, MeshError, MeshState, Supervisor, free_port, load_state,
-                                      pid_alive, state_path, stop_pids)
+from schedmesh.cli.supervisor import (EMBEDDED_BROKER_LOSES, NOT_RUNNING, SUPERVISOR_LOG, MeshError, MeshState,
+                                      RestartPolicy, Supervisor, free_port, load_state, new_log_dir, pid_alive,
+                                      process_start_ticks, start_detached, state_path, stop_mesh_processes,
+                                      supervisor_alive)
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"
 DEFAULT_POOL = DEMO_DIR / "pool.yaml"
@@ -25,27 +26,38 @@ def _err(msg: str) -> None:
 
 # ================================================================== up / down
 def add_up_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--filter-workers", type=int, default=2, help="filter shards (default 2)")
-    p.add_argument("--score-workers", type=int, default=2, help="score shards (default 2)")
+    p.add_argument("--filter-workers", type=int, default=0,
+                   help="filter shard processes (default 0: the queue-manager filters in its own process)")
+    p.add_argument("--score-workers", type=int, default=0,
+                   help="score shard processes (default 0: the queue-manager scores in its own process)")
+    p.add_argument("--tie-break", choices=("random", "name"), default="random",
+                   help="among equal top totals: uniform random (kube's intent) or the smallest node name")
     p.add_argument("--pool", default=None, help="node pool YAML for the kubelet agent (default: the demo pool)")
     p.add_argument("--config", default=None, help="KubeSchedulerConfiguration file (profiles, plugin weights)")
     p.add_argument("--detach", action="store_true", help="leave the mesh running in the background")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for every service to be SERVING")
 
 
-def start_mesh(filter_workers: int = 2, score_workers: int = 2, pool: Optional[str] = None,
+def start_mesh(filter_workers: int = 0, score_workers: int = 0, pool: Optional[str] = None,
                config: Optional[str] = None, detach: bool = True, timeout: float = 120.0,
-               base: Optional[Path] = None, quiet: bool = False) -> tuple[MeshState, Supervisor]:
-    """Start the broker and every service, wait until all are healthy and write the state file."""
-    if filter_workers < 1 or score_workers < 1:
-        raise MeshError("--filter-workers and --score-workers must be at least 1")
-    base = base or Path.cwd()
+               base: Optional[Path] = None, quiet: bool = False,
+               tie_break: str = "random") -> tuple[MeshState, Optional[Supervisor]]:
+    """Start the broker and every service under supervision, wait until all are healthy and write
+    the state file.
+
+    detach=False: this process supervises; the returned Supervisor's `supervise()` keeps the
+    services running until a signal sets `stopping`, then `stop_all()` stops them.
+    detach=True: a supervisor process of its own does all that and outlives this one (its pid
+    is in the state file; `stop_mesh` stops it); the returned Supervisor is None."""
+    if filter_workers < 0 or score_workers < 0:
+        raise MeshError("--filter-workers and --score-workers must not be negative")
+    base = (base or Path.cwd()).resolve()
     path = state_path(base)
     if path.exists():
         try:
             old = MeshState.load(path)
-            if any(pid_alive(p.pid, p.module) for p in old.procs):
-                raise MeshError(f"a mesh is already running here (scheduler {old.scheduler}); "
+            if supervisor_alive(old) or any(pid_alive(p.pid, p.module) for p in old.procs):
+                raise MeshError(f"a mesh is already running here (scheduler {old.scheduler or 'starting'}); "
                                 "stop it with `schedmesh down`")
         except (ValueError, TypeError, KeyError) as e:
             if isinstance(e, MeshError):
@@ -62,47 +74,69 @@ def start_mesh(filter_workers: int = 2, score_workers: int = 2, pool: Optional[s
     if missing:
         raise MeshError(f"services not available in this installation: {', '.join('services.' + m for m in missing)}")
 
-    log_dir = base / ".schedmesh" / "logs"
-    if log_dir.exists():
-        shutil.rmtree(log_dir, ignore_errors=True)
-    sup = Supervisor(log_dir)
+    log_dir, previous = new_log_dir(base)
     say = (lambda s: None) if quiet else _err
-    state = MeshState(log_dir=str(log_dir), started=time.time(), detached=detach,
-                      filter_shards=filter_workers, score_shards=score_workers)
+    launch = dict(base=str(base), log_dir=str(log_dir), previous_logs=str(previous or ""),
+                  filter_workers=filter_workers, score_workers=score_workers, pool=str(pool_path),
+                  config=config_path, timeout=timeout, tie_break=tie_break)
+    if detach:
+        return start_detached(launch, base, log_dir, say), None
+    sup = Supervisor(log_dir, policy=RestartPolicy.from_env(start_timeout=timeout),
+                     say=lambda s: _err(f"schedmesh: {s}"))
     try:
-        bport = free_port()
-        broker = sup.start("broker", "schedmesh.broker", ["--log-file", str(log_dir / "tansu.log")], bport,
-                           health=False)
-        say(f"starting broker on 127.0.0.1:{bport} ...")
-        sup.wait_ready(broker, timeout, ready_text="broker ready on")
-        bootstrap = f"127.0.0.1:{bport}"
-        state.bootstrap = bootstrap
-        common = ["--bootstrap", bootstrap]
-        cfg = ["--config", config_path] if config_path else []
-        workers = []
-        for kind, n in (("filter", filter_workers), ("score", score_workers)):
-            for i in range(n):
-                workers.append(sup.start(f"{kind}-worker-{i}", f"services.{kind}_worker",
-                                         [*common, "--shard", str(i), "--shards", str(n), *cfg], free_port()))
-        binder = sup.start("binder", "services.binder", common, free_port())
-        agent = sup.start("kubelet-agent", "services.kubelet_agent", [*common, "--pool", str(pool_path)], free_port())
-        say(f"starting {filter_workers} filter + {score_workers} score workers, binder, kubelet agent ...")
-        for info in (*workers, binder, agent):
-            sup.wait_ready(info, timeout)
-        fw = ",".join(f"127.0.0.1:{w.port}" for w in workers if w.name.startswith("filter"))
-        sw = ",".join(f"127.0.0.1:{w.port}" for w in workers if w.name.startswith("score"))
-        qm = sup.start("queue-manager", "services.queue_manager",
-                       [*common, "--filter-workers", fw, "--score-workers", sw, "--binder",
-                        f"127.0.0.1:{binder.port}", *cfg], free_port())
-        say("starting queue-manager ...")
-        sup.wait_ready(qm, timeout)
-        state.scheduler = f"127.0.0.1:{qm.port}"
-        state.procs = [i for i, _ in sup.procs]
-        state.save(path)
+        state = launch_services(sup, say=say, detached=False, **launch)
     except BaseException:
         sup.stop_all(grace=5)
+        path.unlink(missing_ok=True)
         raise
     return state, sup
+
+
+def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config: Optional[str],
+                    filter_workers: int, score_workers: int, timeout: float, tie_break: str = "random",
+                    previous_logs: str = "", detached: bool = False,
+                    say: Callable[[str], None] = lambda s: None) -> MeshState:
+    """Start the broker and every service under `sup`, in dependency order, each healthy before what
+    needs it; the state file is written from the first process on (so `down` can stop a mesh that
+    is still starting) and kept current by `sup`. Runs in `up` (foreground) or in the detached
+    supervisor process."""
+    state = MeshState(log_dir=log_dir, started=time.time(), detached=detached, filter_shards=filter_workers,
+                      score_shards=score_workers, status="starting", supervisor_pid=os.getpid(),
+                      supervisor_started=process_start_ticks(os.getpid()), previous_logs=previous_logs,
+                      supervisor_log=str(Path(log_dir) / SUPERVISOR_LOG) if detached else "")
+    sup.attach_state(state, state_path(Path(base)))
+    bport = free_port()
+    broker = sup.start("broker", "schedmesh.broker", ["--log-file", str(Path(log_dir) / "tansu.log")], bport,
+                       health=False, ready_text="broker ready on")
+    say(f"starting broker on 127.0.0.1:{bport} ...")
+    sup.wait_ready(broker, timeout)
+    bootstrap = f"127.0.0.1:{bport}"
+    state.bootstrap = bootstrap
+    common = ["--bootstrap", bootstrap]
+    cfg = ["--config", config] if config else []
+    workers = []
+    for kind, n in (("filter", filter_workers), ("score", score_workers)):
+        for i in range(n):
+            workers.append(sup.start(f"{kind}-worker-{i}", f"services.{kind}_worker",
+                                     [*common, "--shard", str(i), "--shards", str(n), *cfg], free_port()))
+    binder = sup.start("binder", "services.binder", common, free_port())
+    agent = sup.start("kubelet-agent", "services.kubelet_agent", [*common, "--pool", pool], free_port())
+    say(f"starting {filter_workers} filter + {score_workers} score workers, binder, kubelet agent ..."
+        if workers else "starting binder, kubelet agent ...")
+    for info in (*workers, binder, agent):
+        sup.wait_ready(info, timeout)
+    # no workers: empty lists, the queue-manager filters and scores in its own process
+    fw = ",".join(f"127.0.0.1:{w.port}" for w in workers if w.name.startswith("filter"))
+    sw = ",".join(f"127.0.0.1:{w.port}" for w in workers if w.name.startswith("score"))
+    qm = sup.start("queue-manager", "services.queue_manager",
+                   [*common, "--filter-workers", fw, "--score-workers", sw, "--binder",
+                    f"127.0.0.1:{binder.port}", "--tie-break", tie_break, *cfg], free_port())
+    say("starting queue-manager ...")
+    sup.wait_ready(qm, timeout)
+    state.scheduler = f"127.0.0.1:{qm.port}"
+    state.status = "running"
+    sup.record()
+    return state
 
 
 def _service_exists(name: str) -> bool:
@@ -114,12 +148,19 @@ def _service_exists(name: str) -> bool:
 
 
 def print_summary(state: MeshState) -> None:
-    print(f"schedmesh mesh is up ({state.filter_shards} filter + {state.score_shards} score shards)")
+    shards = (f"{state.filter_shards} filter + {state.score_shards} score shards"
+              if state.filter_shards or state.score_shards else "filter and score in the queue-manager")
+    print(f"schedmesh mesh is up ({shards})")
     print(f"  {'SERVICE':<18} {'ADDRESS':<18} PID")
     for p in state.procs:
         print(f"  {p.name:<18} 127.0.0.1:{p.port:<8} {p.pid}")
     print(f"  scheduler API: {state.scheduler}   broker: {state.bootstrap}")
-    print(f"  logs: {state.log_dir}")
+    where = f", log {state.supervisor_log}" if state.supervisor_log else ""
+    print(f"  supervisor: pid {state.supervisor_pid}{where}; restarts a service that exits or stays unhealthy")
+    print(f"  logs: {state.log_dir}" + (f" (earlier runs' logs are kept: {state.previous_logs})"
+                                        if state.previous_logs else ""))
+    print("  broker: embedded, memory only: if it restarts its topics come back empty and the services "
+          f"re-publish what they own; {EMBEDDED_BROKER_LOSES}")
     otlp = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     if otlp:
         print(f"  traces: OTLP to {otlp} (Jaeger UI: {JAEGER_UI})")
@@ -129,47 +170,50 @@ def print_summary(state: MeshState) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    state, sup = start_mesh(args.filter_workers, args.score_workers, args.pool, args.config, args.detach,
-                            args.timeout)
-    print_summary(state)
     if args.detach:
-        print("detached: stop it with `schedmesh down`")
+        state, _ = start_mesh(args.filter_workers, args.score_workers, args.pool, args.config, True,
+                              args.timeout, tie_break=args.tie_break)
+        print_summary(state)
+        print("detached: the supervisor keeps every service running; `schedmesh down` stops it all")
         return 0
-    print("running in the foreground: Ctrl-C stops the mesh", flush=True)
-    code = 0
+    # The services run in sessions of their own: on Ctrl-C, SIGTERM (`down`) or a closed terminal this
+    # process must stop them, also when started with SIGINT ignored (a background job of a script).
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        raise KeyboardInterrupt  # while starting: start_mesh stops what it started
 
-    # also when started with SIGINT ignored (a background job of a script), and on SIGTERM
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
+    for sig in signals:
+        signal.signal(sig, interrupt)
+    state, sup = start_mesh(args.filter_workers, args.score_workers, args.pool, args.config, False,
+                            args.timeout, tie_break=args.tie_break)
+    for sig in signals:
+        signal.signal(sig, lambda signum, frame: sup.stopping.set())
     try:
-        while True:
-            dead = sup.dead()
-            if dead:
-                _err(f"schedmesh: {dead[0].name} exited unexpectedly; see {dead[0].log}; stopping the mesh")
-                code = 1
-                break
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        _err("stopping the mesh ...")
+        print_summary(state)
+        print("running in the foreground: a service that dies is restarted; Ctrl-C (or `schedmesh down`) "
+              "stops the mesh", flush=True)
+        sup.supervise()
     finally:
+        _err("stopping the mesh ...")
         sup.stop_all(log=_err)
         state_path().unlink(missing_ok=True)
-    _err("mesh stopped")
-    return code
+    _err(f"mesh stopped; {EMBEDDED_BROKER_LOSES}")
+    return 0
 
 
-def stop_mesh(base: Optional[Path] = None, quiet: bool = False) -> None:
+def stop_mesh(base: Optional[Path] = None, quiet: bool = False, timeout: float = 90.0) -> None:
+    """Stop the mesh whose state file is in `base`: its supervisor stops every service it runs
+    (restarted ones included); whatever is left (the supervisor was killed, a service was started
+    by hand on a mesh port) is stopped here."""
     state = load_state(base)
-    stop_pids(state.procs, log=(lambda s: None) if quiet else _err)
+    stop_mesh_processes(state, log=(lambda s: None) if quiet else _err, timeout=timeout)
     state_path(base).unlink(missing_ok=True)
 
 
 def run_down(args: argparse.Namespace) -> int:
     stop_mesh()
-    print("mesh stopped")
+    print(f"mesh stopped; {EMBEDDED_BROKER_LOSES}")
     return 0
 
 

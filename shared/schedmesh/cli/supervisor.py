@@ -1,25 +1,50 @@
 """Process supervision for the local mesh: start the embedded broker and every service as its
-own OS process on free localhost ports, wait until each is healthy, and stop them all.
+own OS process on free localhost ports, wait until each is healthy, keep them running, and stop
+them all.
 
 A mesh is described by a state file (``.schedmesh/mesh.json`` in the working directory) holding
-ports, pids and the log directory, so `schedmesh down` (and apply/get/...) can find a detached
-mesh from another process.
+ports, pids, restart counts, the supervisor's pid and the log directory, so `schedmesh down`
+(and apply/get/...) can find a mesh from another process.
+
+Supervision: a service that exits while the mesh is not being stopped, or that stays unhealthy
+(gRPC health not SERVING or not answering; for the broker, no Kafka ApiVersions answer) for
+``RestartPolicy.unhealthy_after`` seconds, is started again on the same port (other services
+and the state file point at it) with its log appended, after an exponential backoff. In the
+foreground (`schedmesh up`) the `up` process supervises; with `--detach` a supervisor process
+(``python -m schedmesh.cli.supervisor``, started by `up` in its own session) does, and
+`schedmesh down` asks it to stop with SIGTERM.
+
+``SCHEDMESH_UNHEALTHY_SECONDS`` overrides how long a service may stay unhealthy (tests use a
+few seconds).
 """
 from __future__ import annotations
 
+import argparse
+import concurrent.futures
+import dataclasses
 import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
 STATE_DIR = ".schedmesh"
 STATE_FILE = "mesh.json"
+LOGS_DIR = "logs"
+LATEST_LOGS = "latest"  # symlink to the newest run's log directory
+SUPERVISOR_LOG = "supervisor.log"
+SUPERVISOR_MODULE = "schedmesh.cli.supervisor"
+
+#: What stopping the mesh loses with the embedded (memory-only) broker; `up` and `down` say it.
+EMBEDDED_BROKER_LOSES = "applied objects are not kept across down/up with the embedded broker"
 
 
 class MeshError(ValueError):
@@ -46,7 +71,15 @@ class ProcInfo:
     port: int
     pid: int = 0
     log: str = ""
-    health: bool = True  # gRPC health checking (the broker: a TCP connect)
+    health: bool = True  # gRPC health checking (the broker: a Kafka ApiVersions round trip)
+    args: list[str] = field(default_factory=list)  # command-line arguments besides --port
+    restarts: int = 0
+    last_restart: str = ""  # when and why it was last restarted
+
+
+def _known_fields(cls, d: dict) -> dict:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
 
 
 @dataclass
@@ -59,18 +92,23 @@ class MeshState:
     filter_shards: int = 0
     score_shards: int = 0
     procs: list[ProcInfo] = field(default_factory=list)
+    status: str = ""  # starting, running
+    supervisor_pid: int = 0  # the process that restarts services and stops them on SIGTERM
+    supervisor_started: int = 0  # its start time in clock ticks (Linux), so a reused pid is not taken for it
+    supervisor_log: str = ""
+    previous_logs: str = ""  # log directory of the run before this one, if any
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
         tmp.replace(path)
 
     @classmethod
     def load(cls, path: Path) -> "MeshState":
         d = json.loads(path.read_text())
-        procs = [ProcInfo(**p) for p in d.pop("procs", [])]
-        return cls(**d, procs=procs)
+        procs = [ProcInfo(**_known_fields(ProcInfo, p)) for p in d.pop("procs", [])]
+        return cls(**_known_fields(cls, d), procs=procs)
 
 
 def load_state(base: Optional[Path] = None) -> MeshState:
@@ -83,7 +121,50 @@ def load_state(base: Optional[Path] = None) -> MeshState:
         raise MeshError(f"{path} is not a valid mesh state ({e}); remove it and run `schedmesh up`") from None
 
 
+# ------------------------------------------------------------------ logs
+def new_log_dir(base: Path) -> tuple[Path, Optional[Path]]:
+    """A fresh log directory for this run (.schedmesh/logs/<timestamp>/) and the previous run's.
+
+    Earlier runs' logs are never deleted; `.schedmesh/logs/latest` points at the newest run."""
+    root = base / STATE_DIR / LOGS_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    runs = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+    previous: Optional[Path] = runs[-1] if runs else None
+    if previous is None and any(root.glob("*.log")):
+        previous = root  # logs of a version that wrote them straight into logs/
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run, n = root / stamp, 1
+    while run.exists():
+        n += 1
+        run = root / f"{stamp}-{n}"
+    run.mkdir()
+    latest = root / LATEST_LOGS
+    try:
+        tmp = root / f".{LATEST_LOGS}.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(run.name)
+        tmp.replace(latest)
+    except OSError:
+        pass  # a convenience only (some filesystems have no symlinks)
+    return run, previous
+
+
 # ------------------------------------------------------------------ pid helpers
+def _proc_stat(pid: int) -> Optional[list[str]]:
+    """Fields of /proc/<pid>/stat after the command name (state first), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+
+
+def process_start_ticks(pid: int) -> int:
+    """When `pid` started, in clock ticks since boot (0 where /proc is unavailable)."""
+    st = _proc_stat(pid)
+    return int(st[19]) if st and len(st) > 19 else 0
+
+
 def pid_alive(pid: int, module: str = "") -> bool:
     """Whether `pid` is a live process (and, when /proc is available, still runs `module`)."""
     if pid <= 0:
@@ -95,15 +176,23 @@ def pid_alive(pid: int, module: str = "") -> bool:
     except PermissionError:
         return False  # not ours (pid reused by another user)
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().split(")")[-1].split()[0] == "Z":
-                return False
+        st = _proc_stat(pid)
+        if st and st[0] in ("Z", "X"):
+            return False
         if module:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             return module in cmd
     except OSError:
         pass
     return True
+
+
+def supervisor_alive(state: MeshState) -> bool:
+    pid = state.supervisor_pid
+    if not pid_alive(pid, "schedmesh"):
+        return False
+    ticks = process_start_ticks(pid)
+    return not (ticks and state.supervisor_started and ticks != state.supervisor_started)
 
 
 def _signal(pid: int, sig: int, group: bool) -> None:
@@ -134,20 +223,75 @@ def stop_pids(procs: list[ProcInfo], grace: float = 10.0, log: Callable[[str], N
             if pid_alive(p.pid, p.module):
                 log(f"{p.name} (pid {p.pid}) did not stop {grace:.0f}s after SIGTERM: SIGKILL")
                 _signal(p.pid, signal.SIGKILL, group=True)
-    # the broker's child (tansu) lives in the broker's process group: make sure it is gone
-    for p in procs:
-        if p.name == "broker":
-            _signal(p.pid, signal.SIGTERM, group=True)
 
 
-# ------------------------------------------------------------------ the supervisor
-def _wait_health(target: str, proc: subprocess.Popen, info: ProcInfo, deadline: float) -> None:
+def stray_pids(state: MeshState) -> list[int]:
+    """Processes of this user that serve one of the mesh's ports but are not the recorded ones:
+    services started again by hand (`python -m services.x ... --port P`) and a broker's tansu
+    child. Linux only (reads /proc); elsewhere an empty list."""
+    wanted = {(p.module, str(p.port)) for p in state.procs}
+    broker_ports = {str(p.port) for p in state.procs if p.name == "broker"}
+    recorded = {p.pid for p in state.procs if pid_alive(p.pid, p.module)} | {os.getpid()}
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) in recorded:
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != os.getuid():
+                continue
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else ""
+        port = argv[argv.index("--port") + 1] if "--port" in argv[:-1] else ""
+        is_service = (module, port) in wanted
+        is_tansu = Path(argv[0]).name == "tansu" and any(
+            a.rsplit(":", 1)[-1] in broker_ports for a in argv if a.startswith("tcp://"))
+        if (is_service or is_tansu) and pid_alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def stop_mesh_processes(state: MeshState, log: Callable[[str], None], timeout: float = 90.0) -> None:
+    """Stop a mesh described by `state`: ask its supervisor (SIGTERM; it stops every child it runs,
+    restarted ones included), then stop whatever is still alive itself, so nothing leaks when the
+    supervisor is gone."""
+    if state.supervisor_pid and supervisor_alive(state):
+        _signal(state.supervisor_pid, signal.SIGTERM, group=False)
+        deadline = time.time() + timeout
+        while time.time() < deadline and supervisor_alive(state):
+            time.sleep(0.1)
+        if supervisor_alive(state):
+            log(f"the mesh supervisor (pid {state.supervisor_pid}) did not stop in {timeout:.0f}s: SIGKILL")
+            _signal(state.supervisor_pid, signal.SIGKILL, group=False)
+    elif state.supervisor_pid:
+        log(f"the mesh supervisor (pid {state.supervisor_pid}) is gone; stopping the recorded processes")
+    stop_pids([p for p in state.procs if pid_alive(p.pid, p.module)], log=log)
+    strays = stray_pids(state)
+    for pid in strays:
+        log(f"stopping pid {pid}, which serves one of the mesh's ports but was not started by it")
+        _signal(pid, signal.SIGTERM, group=False)
+    deadline = time.time() + 10
+    while time.time() < deadline and any(pid_alive(pid) for pid in strays):
+        time.sleep(0.05)
+    for pid in strays:
+        if pid_alive(pid):
+            _signal(pid, signal.SIGKILL, group=False)
+
+
+# ------------------------------------------------------------------ readiness and health
+def _wait_health(target: str, proc: subprocess.Popen, info: ProcInfo, deadline: float,
+                 stopping: threading.Event) -> None:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     with grpc.insecure_channel(target) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
-        while time.time() < deadline:
+        while time.time() < deadline and not stopping.is_set():
             if proc.poll() is not None:
                 raise MeshError(f"{info.name} exited with code {proc.returncode} while starting; "
                                 f"see {info.log}:\n{_tail(info.log)}")
@@ -158,11 +302,14 @@ def _wait_health(target: str, proc: subprocess.Popen, info: ProcInfo, deadline: 
             except grpc.RpcError:
                 pass
             time.sleep(0.1)
+    if stopping.is_set():
+        raise MeshError(f"stopped while waiting for {info.name} to start")
     raise MeshError(f"{info.name} on {target} not SERVING in time; see {info.log}:\n{_tail(info.log)}")
 
 
-def _wait_tcp(port: int, proc: subprocess.Popen, info: ProcInfo, deadline: float, ready_text: str = "") -> None:
-    while time.time() < deadline:
+def _wait_tcp(port: int, proc: subprocess.Popen, info: ProcInfo, deadline: float, ready_text: str,
+              stopping: threading.Event) -> None:
+    while time.time() < deadline and not stopping.is_set():
         if proc.poll() is not None:
             raise MeshError(f"{info.name} exited with code {proc.returncode} while starting; "
                             f"see {info.log}:\n{_tail(info.log)}")
@@ -178,6 +325,8 @@ def _wait_tcp(port: int, proc: subprocess.Popen, info: ProcInfo, deadline: float
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     return
         time.sleep(0.1)
+    if stopping.is_set():
+        raise MeshError(f"stopped while waiting for {info.name} to start")
     raise MeshError(f"{info.name} not ready on port {port} in time; see {info.log}:\n{_tail(info.log)}")
 
 
@@ -189,42 +338,393 @@ def _tail(path: str, n: int = 15) -> str:
     return "\n".join("    " + line for line in lines[-n:])
 
 
-class Supervisor:
-    """Starts processes (each its own session, so Ctrl-C reaches only us) and stops them in reverse order."""
+def kafka_answers(port: int, timeout: float = 2.0) -> bool:
+    """Whether a Kafka broker on 127.0.0.1:`port` answers an ApiVersions (v0) request: unlike a TCP
+    connect (which the kernel accepts for a hung process too) this needs the broker to work."""
+    correlation = int(time.monotonic_ns() & 0x7FFFFFFF)
+    client = b"schedmesh-supervisor"
+    request = struct.pack(">hhih", 18, 0, correlation, len(client)) + client
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            s.sendall(struct.pack(">i", len(request)) + request)
+            head = b""
+            while len(head) < 8:
+                chunk = s.recv(8 - len(head))
+                if not chunk:
+                    return False
+                head += chunk
+    except OSError:
+        return False
+    return struct.unpack(">ii", head)[1] == correlation
 
-    def __init__(self, log_dir: Path, env: Optional[dict] = None) -> None:
+
+def _grpc_serving(channel, timeout: float) -> bool:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    try:
+        resp = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+    except grpc.RpcError:
+        return False
+    return resp.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+# ------------------------------------------------------------------ the supervisor
+@dataclass
+class RestartPolicy:
+    initial_backoff: float = 0.5  # first restart after this many seconds, doubling per failure in a row
+    max_backoff: float = 10.0
+    reset_after: float = 30.0  # healthy this long: the next failure starts from initial_backoff again
+    unhealthy_after: float = 20.0  # once SERVING, unhealthy this long: restart
+    start_timeout: float = 120.0  # a restarted process not SERVING this long after its start: restart
+    check_interval: float = 1.0
+    check_timeout: float = 5.0  # a busy service may answer slowly; only a long silence counts
+
+    @classmethod
+    def from_env(cls, **overrides) -> "RestartPolicy":
+        policy = cls(**overrides)
+        env = os.environ.get("SCHEDMESH_UNHEALTHY_SECONDS")
+        if env:
+            policy.unhealthy_after = float(env)
+        return policy
+
+    def backoff(self, failures: int) -> float:
+        return min(self.max_backoff, self.initial_backoff * 2 ** max(0, failures - 1))
+
+
+class _Child:
+    """One supervised process: what was started and how it has been doing."""
+
+    def __init__(self, info: ProcInfo, ready_text: str) -> None:
+        self.info = info
+        self.ready_text = ready_text
+        self.proc: Optional[subprocess.Popen] = None
+        self.started_at = 0.0
+        self.serving_once = False  # answered health checks since its last start
+        self.last_ok = 0.0
+        self.healthy_since: Optional[float] = None
+        self.failures = 0  # in a row, for the backoff
+        self.restart_at: Optional[float] = None  # dead and waiting for its backoff
+        self.check: Optional[concurrent.futures.Future] = None
+        self.last_check = 0.0
+        self.channel = None
+
+    def close_channel(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+
+
+# Channels to the services reconnect quickly, so a restarted service is seen as soon as it listens.
+_HEALTH_CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+                           ("grpc.max_reconnect_backoff_ms", 1000)]
+
+
+class Supervisor:
+    """Starts processes (each its own session and process group, so Ctrl-C reaches only us and a
+    service can be killed with everything it started), restarts them when they die or stay
+    unhealthy (`supervise`), and stops them in order (`stop_all`)."""
+
+    def __init__(self, log_dir: Path, env: Optional[dict] = None, policy: Optional[RestartPolicy] = None,
+                 say: Callable[[str], None] = lambda s: None) -> None:
         self.log_dir = log_dir
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, **(env or {})}
-        self.procs: list[tuple[ProcInfo, subprocess.Popen]] = []
+        self.policy = policy or RestartPolicy.from_env()
+        self.say = say
+        self.children: list[_Child] = []
+        self.stopping = threading.Event()  # set by signal handlers: leave `supervise`, abort starting
+        self.state: Optional[MeshState] = None
+        self.state_file: Optional[Path] = None
+        self._checks: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
+    @property
+    def procs(self) -> list[tuple[ProcInfo, subprocess.Popen]]:
+        return [(c.info, c.proc) for c in self.children]
+
+    def attach_state(self, state: MeshState, path: Path) -> None:
+        """Keep `state` (pids, restart counts) current in `path` from now on."""
+        self.state, self.state_file = state, path
+        self.record()
+
+    def record(self) -> None:
+        if self.state is None or self.state_file is None:
+            return
+        self.state.procs = [c.info for c in self.children]
+        self.state.save(self.state_file)
+
+    # ---------------------------------------------------------- starting
     def start(self, name: str, module: str, args: list[str], port: int, health: bool = True,
               ready_text: str = "", timeout: float = 90.0) -> ProcInfo:
-        log_path = self.log_dir / f"{name}.log"
-        info = ProcInfo(name=name, module=module, port=port, log=str(log_path), health=health)
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", module, *args, "--port", str(port)],
-                                    env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        info.pid = proc.pid
-        self.procs.append((info, proc))
+        info = ProcInfo(name=name, module=module, port=port, log=str(self.log_dir / f"{name}.log"),
+                        health=health, args=list(args))
+        child = _Child(info, ready_text)
+        self._spawn(child)
+        self.children.append(child)
+        self.record()
         return info
 
+    def _spawn(self, child: _Child) -> None:
+        info = child.info
+        with open(info.log, "ab") as log:
+            if info.restarts:
+                log.write(f"--- schedmesh supervisor {time.strftime('%Y-%m-%d %H:%M:%S')}: restart "
+                          f"{info.restarts} ({info.last_restart})\n".encode())
+                log.flush()
+            child.proc = subprocess.Popen([sys.executable, "-m", info.module, *info.args, "--port", str(info.port)],
+                                          env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+        info.pid = child.proc.pid
+        child.started_at = time.monotonic()
+        child.serving_once, child.healthy_since, child.check = False, None, None
+        child.close_channel()
+
+    def _child(self, info: ProcInfo) -> _Child:
+        return next(c for c in self.children if c.info is info)
+
     def wait_ready(self, info: ProcInfo, timeout: float = 90.0, ready_text: str = "") -> None:
-        proc = next(p for i, p in self.procs if i is info)
+        child = self._child(info)
         deadline = time.time() + timeout
         if info.health:
-            _wait_health(f"127.0.0.1:{info.port}", proc, info, deadline)
+            _wait_health(f"127.0.0.1:{info.port}", child.proc, info, deadline, self.stopping)
         else:
-            _wait_tcp(info.port, proc, info, deadline, ready_text)
+            _wait_tcp(info.port, child.proc, info, deadline, ready_text or child.ready_text, self.stopping)
+        child.serving_once, child.last_ok = True, time.monotonic()
+        child.healthy_since = child.last_ok
 
     def dead(self) -> list[ProcInfo]:
-        return [i for i, p in self.procs if p.poll() is not None]
+        return [c.info for c in self.children if c.proc is not None and c.proc.poll() is not None]
 
+    # ---------------------------------------------------------- supervising
+    def supervise(self) -> None:
+        """Restart what dies or stays unhealthy until `stopping` is set (by a signal handler)."""
+        self._checks = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="health")
+        try:
+            while not self.stopping.wait(0.2):
+                self.supervise_once()
+        finally:
+            self._checks.shutdown(wait=False, cancel_futures=True)
+
+    def supervise_once(self) -> None:
+        now = time.monotonic()
+        changed = False
+        for child in self.children:
+            if self.stopping.is_set():
+                return
+            if child.restart_at is not None:
+                if now >= child.restart_at:
+                    self._restart(child)
+                    changed = True
+                continue
+            code = child.proc.poll()
+            if code is not None:
+                self._schedule_restart(child, _exit_text(code))
+                changed = True
+            elif self._restart_if_unhealthy(child, now):
+                changed = True
+        if changed:
+            self.record()
+
+    def _schedule_restart(self, child: _Child, why: str) -> None:
+        info = child.info
+        child.failures += 1
+        delay = self.policy.backoff(child.failures)
+        child.restart_at = time.monotonic() + delay
+        child.close_channel()
+        info.last_restart = f"{time.strftime('%Y-%m-%d %H:%M:%S')}: pid {info.pid} {why}"
+        self.say(f"{info.name} (pid {info.pid}) {why}; restarting it on 127.0.0.1:{info.port} in {delay:.1f}s "
+                 f"(log {info.log})")
+
+    def _restart(self, child: _Child) -> None:
+        child.restart_at = None
+        child.info.restarts += 1
+        try:
+            self._spawn(child)
+        except OSError as e:
+            self._schedule_restart(child, f"could not be started again ({e})")
+            return
+        self.say(f"restarted {child.info.name} on 127.0.0.1:{child.info.port} (pid {child.info.pid}, "
+                 f"restart {child.info.restarts})")
+
+    def _restart_if_unhealthy(self, child: _Child, now: float) -> bool:
+        """Track `child`'s health checks; kill and schedule a restart once it has been unhealthy too long."""
+        policy = self.policy
+        if child.check is not None and child.check.done():
+            ok = not child.check.cancelled() and child.check.exception() is None and child.check.result()
+            child.check = None
+            if ok:
+                child.serving_once, child.last_ok = True, now
+                if child.healthy_since is None:
+                    child.healthy_since = now
+            else:
+                child.healthy_since = None
+        if child.check is None and now - child.last_check >= policy.check_interval and self._checks is not None:
+            child.last_check = now
+            child.check = self._checks.submit(self._check, child)
+        if child.healthy_since is not None and now - child.healthy_since >= policy.reset_after:
+            child.failures = 0
+        if child.serving_once:
+            silent, limit = now - child.last_ok, policy.unhealthy_after
+            why = f"was unhealthy for {silent:.0f}s"
+        else:
+            silent, limit = now - child.started_at, policy.start_timeout
+            why = f"was not healthy {silent:.0f}s after it started"
+        if silent <= limit:
+            return False
+        _signal(child.info.pid, signal.SIGKILL, group=True)
+        try:
+            child.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        self._schedule_restart(child, why)
+        return True
+
+    def _check(self, child: _Child) -> bool:
+        if not child.info.health:
+            return kafka_answers(child.info.port, self.policy.check_timeout)
+        if child.channel is None:
+            import grpc
+            child.channel = grpc.insecure_channel(f"127.0.0.1:{child.info.port}", options=_HEALTH_CHANNEL_OPTIONS)
+        return _grpc_serving(child.channel, self.policy.check_timeout)
+
+    # ---------------------------------------------------------- stopping
     def stop_all(self, grace: float = 10.0, log: Callable[[str], None] = lambda s: None) -> None:
-        stop_pids([i for i, _ in self.procs], grace, log)
-        for _, p in self.procs:
+        self.stopping.set()
+        running = []
+        for c in self.children:
+            c.restart_at = None
+            c.close_channel()
+            if c.proc is not None and c.proc.poll() is None:
+                running.append(c.info)
+        stop_pids(running, grace, log)
+        for c in self.children:
+            if c.proc is None:
+                continue
             try:
-                p.wait(1)
+                c.proc.wait(1)
             except subprocess.TimeoutExpired:
                 pass
+
+
+# ------------------------------------------------------------------ the detached supervisor process
+def start_detached(launch: dict, base: Path, log_dir: Path, say: Callable[[str], None]) -> MeshState:
+    """Start `python -m schedmesh.cli.supervisor` in its own session; it starts the mesh
+    (`schedmesh.cli.mesh.launch_services(**launch)`), reports progress and readiness through a
+    pipe, then keeps supervising after this process is gone. Returns the state it wrote."""
+    log_path = log_dir / SUPERVISOR_LOG
+    read_end, write_end = os.pipe()
+    try:
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", SUPERVISOR_MODULE, "--status-fd", str(write_end),
+                                     "--launch", json.dumps(launch)],
+                                    cwd=base, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    pass_fds=(write_end,), start_new_session=True)
+    finally:
+        os.close(write_end)
+    try:
+        with os.fdopen(read_end) as status:
+            for line in status:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if "say" in msg:
+                    say(msg["say"])
+                elif "error" in msg:
+                    proc.wait(60)
+                    raise MeshError(msg["error"])
+                elif msg.get("ready"):
+                    return load_state(base)
+    except BaseException:
+        if proc.poll() is None:  # interrupted: the supervisor stops what it started
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        raise
+    try:
+        code = proc.wait(10)
+    except subprocess.TimeoutExpired:
+        code = None
+    raise MeshError(f"the mesh supervisor exited (code {code}) while starting the mesh; "
+                    f"see {log_path}:\n{_tail(str(log_path))}")
+
+
+def _main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {SUPERVISOR_MODULE}",
+                                     description="Start the local mesh and keep it running until SIGTERM "
+                                                 "(started by `schedmesh up --detach`).")
+    parser.add_argument("--launch", required=True, help="JSON: keyword arguments of launch_services")
+    parser.add_argument("--status-fd", type=int, default=-1, help="pipe for progress and readiness (JSON lines)")
+    args = parser.parse_args(argv)
+    launch = json.loads(args.launch)
+    status = os.fdopen(args.status_fd, "w") if args.status_fd >= 0 else None
+
+    def tell(**msg) -> None:
+        nonlocal status
+        if status is None:
+            return
+        try:
+            status.write(json.dumps(msg) + "\n")
+            status.flush()
+        except OSError:  # `up` is gone (interrupted): only the log remains
+            status = None
+
+    def log(line: str) -> None:
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}", file=sys.stderr, flush=True)
+
+    def progress(line: str) -> None:
+        log(line)
+        tell(say=line)
+
+    from schedmesh.cli.mesh import launch_services
+    base = Path(launch["base"])
+    sup = Supervisor(Path(launch["log_dir"]), policy=RestartPolicy.from_env(start_timeout=launch.get("timeout", 120.0)),
+                     say=log)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, frame: sup.stopping.set())
+    log(f"supervisor pid {os.getpid()} starting the mesh in {base}")
+    try:
+        state = launch_services(sup, say=progress, detached=True, **launch)
+    except BaseException as e:  # noqa: BLE001 - reported to `up`, then everything started is stopped
+        if not isinstance(e, MeshError):
+            log(traceback.format_exc())
+        tell(error=str(e) if isinstance(e, MeshError) else f"the mesh supervisor failed: {e!r}")
+        sup.stop_all(grace=5, log=log)
+        _forget_state(base)
+        return 2
+    tell(ready=True)
+    if status is not None:
+        status.close()
+        status = None
+    log(f"mesh running: scheduler {state.scheduler}, broker {state.bootstrap}; supervising")
+    sup.supervise()
+    log("stopping the mesh")
+    sup.stop_all(log=log)
+    _forget_state(base)
+    log(f"mesh stopped; {EMBEDDED_BROKER_LOSES}")
+    return 0
+
+
+def _forget_state(base: Path) -> None:
+    """Remove the state file if it still describes this supervisor's mesh."""
+    path = state_path(base)
+    try:
+        if MeshState.load(path).supervisor_pid == os.getpid():
+            path.unlink(missing_ok=True)
+    except (OSError, ValueError, TypeError):
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
