@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import grpc
@@ -24,7 +23,8 @@ import pytest
 from schedmesh.bus import EventConsumer
 from schedmesh.mesh.cluster_cache import TOPIC_PODS
 from schedmesh.telemetry.testing import OtlpTraceReceiver
-from schedmesh.v1 import events_pb2, queue_pb2, queue_pb2_grpc
+from schedmesh.mesh.records import PodTopicFold
+from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEDMESH = [sys.executable, "-m", "schedmesh.cli.main"]
@@ -191,14 +191,12 @@ def test_unschedulable_pod_moves_when_a_node_that_fits_arrives(mesh) -> None:
 
 async def _bound_records(bootstrap: str) -> dict[str, set[str]]:
     """Every pod uid -> the set of nodes it was ever published as bound to."""
-    nodes: dict[str, set[str]] = defaultdict(set)
+    fold = PodTopicFold()
     async with EventConsumer(bootstrap, [TOPIC_PODS], client_id="test-audit") as consumer:
         for r in await consumer.catch_up(60):
-            if r.value:
-                rec = events_pb2.PodRecord.FromString(r.value)
-                if rec.pod.node_name and rec.pod.metadata.name.startswith("churn-"):
-                    nodes[rec.pod.metadata.uid].add(rec.pod.node_name)
-    return nodes
+            fold.add(r.value)
+    return {uid: set(nodes) for uid, nodes in fold.bindings.items()
+            if fold.names.get(uid, "").split("/")[-1].startswith("churn-")}
 
 
 @pytest.mark.timeout(400)
@@ -247,6 +245,8 @@ def test_broker_restart_loses_nothing_that_is_owned(mesh) -> None:
 
 
 async def _all_pod_names(bootstrap: str) -> set[str]:
+    fold = PodTopicFold()
     async with EventConsumer(bootstrap, [TOPIC_PODS], client_id="test-audit-2") as consumer:
-        return {events_pb2.PodRecord.FromString(r.value).pod.metadata.name
-                for r in await consumer.catch_up(60) if r.value}
+        for r in await consumer.catch_up(60):
+            fold.add(r.value)
+    return {name.split("/", 1)[1] for name in fold.names.values()}

@@ -11,8 +11,9 @@ import pytest
 
 from schedmesh.bus import EventConsumer
 from schedmesh.mesh.cluster_cache import TOPIC_PODS
+from schedmesh.mesh.records import PodTopicFold
 from schedmesh.telemetry.testing import OtlpTraceReceiver
-from schedmesh.v1 import events_pb2, queue_pb2, queue_pb2_grpc
+from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 
 from tests.mesh_harness import ServiceProc, free_port, kafka
 
@@ -132,15 +133,15 @@ async def test_pods_get_bound_and_unschedulable_pod_is_explained(mesh) -> None:
     # Every web pod is bound (the binder's PodRecords on schedmesh.pods).
     want = {f"web-{i}" for i in range(6)}
     bound: dict[str, str] = {}
+    fold = PodTopicFold()
     async with EventConsumer(bootstrap, [TOPIC_PODS], client_id="qm-test-watch") as consumer:
         deadline = time.time() + 30
         while not want <= bound.keys() and time.time() < deadline:
             for r in await consumer.getmany(timeout=0.5):
                 if r.value is None:
                     continue
-                rec = events_pb2.PodRecord.FromString(r.value)
-                if rec.pod.node_name and not rec.deleted:
-                    bound[rec.pod.metadata.name] = rec.pod.node_name
+                fold.add(r.value)
+            bound = fold.bound_by_name()
     assert want <= bound.keys(), f"bound only {sorted(bound)}"
     assert "huge" not in bound
     assert set(bound.values()) <= {f"node-{i}" for i in range(4)}

@@ -17,9 +17,9 @@ def main() -> None:
     p.add_argument("--port", type=int, default=int(os.environ.get("SCHEDMESH_PORT", "0")))
     p.add_argument("--bootstrap", default=os.environ.get("SCHEDMESH_KAFKA", "127.0.0.1:9092"))
     p.add_argument("--filter-workers", default=os.environ.get("SCHEDMESH_FILTER_WORKERS"),
-                   help="host:port,... of the filter shards")
+                   help="host:port,... of the filter shards (none: filter in this process)")
     p.add_argument("--score-workers", default=os.environ.get("SCHEDMESH_SCORE_WORKERS"),
-                   help="host:port,... of the score shards")
+                   help="host:port,... of the score shards (none: score in this process)")
     p.add_argument("--binder", default=os.environ.get("SCHEDMESH_BINDER"), help="host:port of the binder")
     p.add_argument("--config", default=os.environ.get("SCHEDMESH_CONFIG"),
                    help="KubeSchedulerConfiguration file (default: the default profile)")
@@ -27,8 +27,8 @@ def main() -> None:
     p.add_argument("--tie-break", choices=("random", "name"), default="random")
     a = p.parse_args()
     filters, scores = _targets(a.filter_workers), _targets(a.score_workers)
-    if not filters or not scores:
-        p.error("--filter-workers and --score-workers need at least one host:port each")
+    if bool(filters) != bool(scores):
+        p.error("--filter-workers and --score-workers go together: both empty (evaluate in this process) or both set")
     if not a.binder:
         p.error("--binder is required")
     cfg = QueueManagerConfig(filter_workers=filters, score_workers=scores, binder=a.binder, client_id=a.client_id,

@@ -28,8 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=5000)
     p.add_argument("--init-pods", type=int, default=1000)
     p.add_argument("--pods", type=int, default=5000)
-    p.add_argument("--filter-workers", type=int, default=2)
-    p.add_argument("--score-workers", type=int, default=2)
+    p.add_argument("--filter-workers", type=int, default=0,
+                   help="filter shard processes (default 0, as `schedmesh up`: the queue-manager filters)")
+    p.add_argument("--score-workers", type=int, default=0,
+                   help="score shard processes (default 0, as `schedmesh up`: the queue-manager scores)")
+    p.add_argument("--tie-break", choices=("random", "name"), default="random")
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="offer pods at this steady rate (pods/s) instead of all at once")
     p.add_argument("--config", default=None, help="KubeSchedulerConfiguration for the bench's mesh")
     p.add_argument("--use-running", action="store_true",
                    help="use the mesh of `schedmesh up` in this directory (nodes are applied as Node manifests)")
@@ -53,6 +58,7 @@ class _BindWatcher:
         self.bootstrap, self.prefix = bootstrap, prefix
         self.bound: dict[str, float] = {}
         self.nodes: dict[str, str] = {}
+        self.names: dict[str, str] = {}  # uid -> name of the bench's pods
         self.ready = threading.Event()
         self.error: Optional[BaseException] = None
         self._stop = threading.Event()
@@ -78,6 +84,7 @@ class _BindWatcher:
 
     async def _follow(self) -> None:
         from schedmesh.bus.consumer import EventConsumer
+        from schedmesh.mesh.records import expand
         from schedmesh.v1 import events_pb2
         consumer = EventConsumer(self.bootstrap, ["schedmesh.pods"], from_beginning=False,
                                  client_id=f"bench-{self.prefix}")
@@ -91,12 +98,18 @@ class _BindWatcher:
                         continue
                     now = time.time()
                     rec.ParseFromString(r.value)
-                    name = rec.pod.metadata.name
-                    if rec.deleted or not rec.pod.node_name or not name.startswith(self.prefix):
-                        continue
-                    if name not in self.bound:
+                    for item in expand(rec):
+                        if item.HasField("update"):  # a binding delta: the pod's name is known from its record
+                            name = self.names.get(item.update.uid, "")
+                            node = item.update.node_name
+                        else:
+                            name, node = item.pod.metadata.name, item.pod.node_name
+                            if name.startswith(self.prefix):
+                                self.names[item.pod.metadata.uid] = name
+                        if item.deleted or not node or not name.startswith(self.prefix) or name in self.bound:
+                            continue
                         self.bound[name] = now
-                        self.nodes[name] = rec.pod.node_name
+                        self.nodes[name] = node
         finally:
             await consumer.stop()
 
@@ -142,6 +155,33 @@ def _pool_for(nodes) -> tuple[dict, dict[str, str]]:
     return {"pools": pools}, rename
 
 
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in task.read_text().split()]
+            except OSError:
+                pass
+    return out
+
+
+def peak_rss_mib(pids: list[int]) -> float:
+    """The mesh's processes (and their children, e.g. the broker's Tansu) together: the sum of
+    each process's peak resident set (VmHWM), an upper bound of the peak of the sum."""
+    total = 0
+    for pid in {d for p in pids if p for d in _descendants(p)}:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
 def _apply(client, items: list[dict], source: str) -> None:
     from schedmesh.v1 import queue_pb2
     client.call("Apply", queue_pb2.ApplyRequest(manifest=json.dumps({"apiVersion": "v1", "kind": "List",
@@ -175,7 +215,7 @@ def main(args: argparse.Namespace) -> int:
         log(f"bench: starting a mesh ({args.filter_workers} filter + {args.score_workers} score workers, "
             f"{args.nodes} nodes) in {base}")
         state, _sup = start_mesh(args.filter_workers, args.score_workers, str(base / "pool.yaml"), args.config,
-                                 detach=True, base=base, quiet=True)
+                                 detach=True, base=base, quiet=True, tie_break=args.tie_break)
     client = Client(state, timeout=120)
     watcher = _BindWatcher(state.bootstrap, prefix)
     try:
@@ -220,10 +260,14 @@ def main(args: argparse.Namespace) -> int:
         log(f"bench: submitting {len(docs)} pods in batches of {args.batch}")
         submitted: dict[str, float] = {}
         t0 = time.time()
-        for i in range(0, len(docs), args.batch):
+        # At a steady rate: one Apply every 20 ms carrying the pods due by then.
+        batch = args.batch if args.rate <= 0 else max(1, int(args.rate / 50))
+        for i in range(0, len(docs), batch):
+            if args.rate > 0:
+                time.sleep(max(0.0, t0 + i / args.rate - time.time()))
             t = time.time()
-            _apply(client, docs[i:i + args.batch], "bench-pods")
-            for d in docs[i:i + args.batch]:
+            _apply(client, docs[i:i + batch], "bench-pods")
+            for d in docs[i:i + batch]:
                 submitted[d["metadata"]["name"]] = t
             _progress(sum(1 for n in names if n in watcher.bound), len(names), t0)
         deadline = t0 + args.timeout
@@ -250,6 +294,8 @@ def main(args: argparse.Namespace) -> int:
             "latency_ms": {"p50": round(_percentile(lat, 50), 1), "p90": round(_percentile(lat, 90), 1),
                            "p99": round(_percentile(lat, 99), 1)},
             "filter_shards": state.filter_shards, "score_shards": state.score_shards,
+            "offered_rate": args.rate or None,
+            "peak_rss_mib": round(peak_rss_mib([p.pid for p in state.procs]), 1),
             "mesh": "running" if args.use_running else "own",
         }
         print(json.dumps(result))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, Self
@@ -27,6 +28,15 @@ from schedmesh.telemetry.propagation import extract_kafka_headers
 log = logging.getLogger(__name__)
 
 _TRANSIENT = (KafkaError, OSError, asyncio.TimeoutError, BusError)
+
+
+def fetch_max_wait_ms() -> int:
+    """How long the broker may hold a fetch that has no data. Tansu (the embedded broker)
+    does not answer a waiting fetch when a record arrives, so a record waits up to this
+    long to reach a consumer: aiokafka's 500 ms default would add ~250 ms per hop. Small
+    values cost idle fetch requests; SCHEDMESH_FETCH_MAX_WAIT_MS tunes it (Apache Kafka
+    answers at once when data arrives, so a larger value is free there)."""
+    return int(os.environ.get("SCHEDMESH_FETCH_MAX_WAIT_MS", "10"))
 
 
 class EventConsumer:
@@ -83,7 +93,7 @@ class EventConsumer:
         self._on_restart = on_restart
         self._probe_interval = probe_interval
         self._poll_interval = poll_interval
-        self._options = {"request_timeout_ms": 5000, **consumer_options}
+        self._options = {"request_timeout_ms": 5000, "fetch_max_wait_ms": fetch_max_wait_ms(), **consumer_options}
         self._watch = BrokerWatch(bootstrap_servers, client_id=f"{client_id}-watch")
         self._consumer: AIOKafkaConsumer | None = None
         self._monitor: asyncio.Task[None] | None = None

@@ -174,6 +174,8 @@ class EventProducer:
         if producer is None:
             raise BusError("EventProducer not started")
         key_bytes = key.encode("utf-8") if isinstance(key, str) else key
+        if partition is None and spec_for(topic).single_partition:
+            partition = 0
         with self._publish_span(topic, key_bytes) as span:
             carrier = tuple(inject_kafka_headers(headers))
             pending = _Unconfirmed(0, topic, value, key_bytes, carrier, partition, timestamp_ms)

@@ -55,6 +55,11 @@ class TopicSpec:
     partitions: int = DEFAULT_PARTITIONS
     replication_factor: int = 1
     configs: dict[str, str] = field(default_factory=dict)
+    # Every record goes to partition 0, so every consumer sees one total order. Nodes: kube's
+    # node tree order is the order nodes were added, and replicas that must walk the same
+    # order (sampling across shards) need the same add order. Pods: batches of bindings and
+    # status deltas from different writers apply after the pod's own record.
+    single_partition: bool = False
 
 
 _COMPACT = {"cleanup.policy": "compact"}
@@ -62,7 +67,8 @@ _COMPACT = {"cleanup.policy": "compact"}
 TOPIC_SPECS: dict[str, TopicSpec] = {
     spec.name: spec
     for spec in (
-        *(TopicSpec(t, DEFAULT_PARTITIONS, configs=dict(_COMPACT)) for t in STATE_TOPICS),
+        *(TopicSpec(t, DEFAULT_PARTITIONS, configs=dict(_COMPACT), single_partition=t in (NODES, PODS))
+          for t in STATE_TOPICS),
         TopicSpec(LEASES, DEFAULT_PARTITIONS, configs=dict(_COMPACT)),
         TopicSpec(EVENTS, DEFAULT_PARTITIONS),
     )

@@ -7,6 +7,7 @@ round-robin, nodes in each zone in the order they were added.
 """
 from __future__ import annotations
 
+import zlib
 from typing import Iterable, Mapping, Optional
 
 import numpy as np
@@ -95,8 +96,16 @@ class Columns:
         self._labels: dict[str, LabelColumn] = {}
         self._nodes = [ni.node for ni in infos]
         self._name_index: Optional[dict[str, int]] = None
+        self._order_digest: Optional[int] = None
         for i, ni in enumerate(infos):
             self.set_pod_totals(i, ni)
+
+    @property
+    def order_digest(self) -> int:
+        """crc32 of the node order: replicas compare it to know they walk the same order."""
+        if self._order_digest is None:
+            self._order_digest = zlib.crc32("\n".join(self.names).encode())
+        return self._order_digest
 
     def set_pod_totals(self, i: int, ni: NodeInfo) -> None:
         r = ni.requested

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import heapq
 import logging
 import os
 import time
@@ -35,11 +36,13 @@ from schedmesh.api import convert
 from schedmesh.api.types import Node, ObjectMeta, Pod, PodCondition
 from schedmesh.bus import EventConsumer, EventProducer, Record
 from schedmesh.cache.node_info import NodeInfo
-from schedmesh.mesh.binder import event_record
+from schedmesh.mesh.binder import event_message, event_record
 from schedmesh.mesh.cluster_cache import TOPIC_EVENTS, TOPIC_NODES, TOPIC_PODS, is_terminal
 from schedmesh.mesh.nodepool import PoolError, load_pool_file, ready_condition
-from schedmesh.mesh.records import node_record, pod_record
+from schedmesh.mesh.records import (apply_update, event_batch_record, expand, node_record, pod_batch_record,
+                                    pod_record, status_update)
 from schedmesh.mesh.runtime import ServiceProcess
+from schedmesh.telemetry.propagation import extract_kafka_headers
 from schedmesh.v1 import events_pb2
 
 log = logging.getLogger("schedmesh.agent")
@@ -52,11 +55,15 @@ STARTING, RUNNING, TERMINATING = "Starting", "Running", "Terminating"
 _SEND_BATCH = 256  # concurrent sends when publishing many records (registration, heartbeats)
 
 
-def lease_record(node_name: str, now: float, source: str = "") -> tuple[str, str, bytes]:
-    """A heartbeat: a NodeRecord carrying only the node's name and Ready condition."""
-    node = Node(meta=ObjectMeta(name=node_name), conditions=[ready_condition(now)])
-    return TOPIC_LEASES, node_name, events_pb2.NodeRecord(node=convert.node_to_proto(node),
-                                                          source=source).SerializeToString()
+def lease_record(node_names: Sequence[str], now: float, source: str = "") -> tuple[str, str, bytes]:
+    """Heartbeats of many nodes in one record: NodeRecords carrying only a node's name and Ready
+    condition (one record per agent per period, not one per node)."""
+    ready = convert.node_to_proto(Node(meta=ObjectMeta(name=""), conditions=[ready_condition(now)]))
+    batch = events_pb2.NodeRecord(source=source)
+    for name in node_names:
+        item = batch.batch.add(node=ready, source=source)
+        item.node.metadata.name = name
+    return TOPIC_LEASES, source, batch.SerializeToString()
 
 
 def running_pod(pod: Pod, now: float) -> Pod:
@@ -111,12 +118,6 @@ class SimNode:
         sp.pod = pod
         self.info.add_pod(pod)
 
-    def due_starts(self, now: float) -> list[SimPod]:
-        return [sp for sp in self.pods.values() if sp.state == STARTING and sp.start_at <= now]
-
-    def due_kills(self, now: float) -> list[SimPod]:
-        return [sp for sp in self.pods.values() if sp.state == TERMINATING and sp.kill_at <= now]
-
     def running(self) -> list[SimPod]:
         return [sp for sp in self.pods.values() if sp.state == RUNNING]
 
@@ -140,6 +141,25 @@ class Evictor(Protocol):
     def check(self, node: SimNode, now: float) -> Iterable[Eviction]: ...
 
 
+class Timers:
+    """When each pod's next transition is due: a heap of (time, uid); stale entries (the pod
+    moved on meanwhile) are dropped by the caller's check."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, str]] = []
+        self._seq = 0
+
+    def push(self, when: float, uid: str) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (when, self._seq, uid))
+
+    def pop_due(self, now: float) -> list[str]:
+        out = []
+        while self._heap and self._heap[0][0] <= now:
+            out.append(heapq.heappop(self._heap)[2])
+        return out
+
+
 class KubeletAgent:
     def __init__(self, name: str, nodes: Sequence[Node], bootstrap: str, *, start_delay: float = 0.5,
                  max_grace: Optional[float] = None, heartbeat: float = 10.0, tick: float = 0.1,
@@ -150,6 +170,8 @@ class KubeletAgent:
         self.evictors: list[Evictor] = list(evictors)
         self.clock = clock
         self._where: dict[str, SimNode] = {}  # pod uid -> its node
+        self._unbound: dict[str, object] = {}  # uid -> Pod proto of pods not bound yet (decoded once bound here)
+        self._timers = Timers()
         self._restarts_handled = 0
         self._restart_lock = asyncio.Lock()
         self.producer = EventProducer(bootstrap, topics=AGENT_TOPICS, client_id=name, on_restart=self._bus_restarted)
@@ -180,7 +202,7 @@ class KubeletAgent:
             await asyncio.sleep(self.heartbeat)
             try:
                 now = self.clock()
-                await self._send_all([lease_record(n, now, self.name) for n in self.nodes])
+                await self._send(lease_record(list(self.nodes), now, self.name))
             except Exception:  # noqa: BLE001 - a missed heartbeat is retried next period
                 log.exception("heartbeat failed")
 
@@ -232,11 +254,44 @@ class KubeletAgent:
             return
         try:
             if r.topic == TOPIC_PODS:
-                await self._on_pod(r, events_pb2.PodRecord.FromString(r.value))
+                for rec in expand(events_pb2.PodRecord.FromString(r.value)):
+                    await self._on_pod_record(r, rec)
             elif r.topic == TOPIC_NODES:
                 self._on_node(events_pb2.NodeRecord.FromString(r.value))
         except Exception:  # noqa: BLE001 - one bad record must not stop the agent
             log.exception("cannot handle %s/%d@%d", r.topic, r.partition, r.offset)
+
+    async def _on_pod_record(self, r: Record, rec: events_pb2.PodRecord) -> None:
+        if not rec.HasField("update"):
+            uid = rec.pod.metadata.uid
+            if not rec.deleted and not rec.pod.node_name and uid not in self._where:
+                # Not ours (yet): keep it undecoded until a binding to one of our nodes.
+                self._unbound[uid] = rec.pod
+                return
+            self._unbound.pop(uid, None)
+            await self._on_pod(self._context(r, rec), convert.pod_from_proto(rec.pod), rec.deleted, rec.source)
+            return
+        u = rec.update
+        sn = self._where.get(u.uid)
+        if sn is not None:
+            base = sn.pods[u.uid].pod
+        else:
+            msg = self._unbound.get(u.uid)
+            if msg is None or (u.node_name and u.node_name not in self.nodes):
+                if u.node_name:
+                    self._unbound.pop(u.uid, None)  # bound elsewhere
+                return
+            base = convert.pod_from_proto(msg)
+        if u.node_name:
+            self._unbound.pop(u.uid, None)
+        await self._on_pod(self._context(r, rec), apply_update(base, u), False, rec.source)
+
+    @staticmethod
+    def _context(r: Record, rec: events_pb2.PodRecord) -> Context:
+        """The pod's own trace when the record names it, else the Kafka record's."""
+        if rec.traceparent:
+            return extract_kafka_headers([("traceparent", rec.traceparent.encode())])
+        return r.context
 
     def _on_node(self, rec: events_pb2.NodeRecord) -> None:
         """Someone else changed one of our nodes (taint, cordon): keep that, as a kubelet does."""
@@ -249,11 +304,10 @@ class KubeletAgent:
             log.info("node %s changed by %s: taints=%s unschedulable=%s", sn.name, rec.source or "?",
                      [str(t) for t in other.taints], other.unschedulable)
 
-    async def _on_pod(self, r: Record, rec: events_pb2.PodRecord) -> None:
-        pod = convert.pod_from_proto(rec.pod)
+    async def _on_pod(self, context: Context, pod: Pod, deleted: bool, source: str) -> None:
         uid = pod.uid
         sn = self._where.get(uid)
-        if rec.deleted:
+        if deleted:
             if sn is not None:
                 sn.remove(uid)
                 del self._where[uid]
@@ -264,20 +318,22 @@ class KubeletAgent:
             if target is None or is_terminal(pod):
                 return
             state = RUNNING if pod.phase == "Running" else STARTING
-            sp = SimPod(pod, state, r.context, start_at=now + self.start_delay)
+            sp = SimPod(pod, state, context, start_at=now + self.start_delay)
             target.add(sp)
             self._where[uid] = target
+            if state == STARTING:
+                self._timers.push(sp.start_at, uid)
             if pod.meta.deletion_timestamp:
-                await self._begin_termination(target, sp, pod, r.context)
+                await self._begin_termination(target, sp, pod, context)
             return
         sp = sn.pods[uid]
         if is_terminal(pod) or (pod.node_name and pod.node_name != sn.name):
             sn.remove(uid)
             del self._where[uid]
             return
-        if rec.source == self.name:  # our own record coming back (or replayed after our restart)
+        if source == self.name:  # our own record coming back (or replayed after our restart)
             if pod.meta.deletion_timestamp and sp.state != TERMINATING:  # an eviction we began before a restart
-                await self._begin_termination(sn, sp, pod, r.context)
+                await self._begin_termination(sn, sp, pod, context)
             elif sp.state == STARTING and pod.phase == "Running":
                 sp.state = RUNNING
                 sn.update(sp, pod)
@@ -288,12 +344,12 @@ class KubeletAgent:
                 meta = dataclasses.replace(sp.pod.meta, deletion_timestamp=pod.meta.deletion_timestamp)
                 doomed = dataclasses.replace(sp.pod, meta=meta,
                                              termination_grace_period_seconds=pod.termination_grace_period_seconds)
-                await self._begin_termination(sn, sp, doomed, r.context)
+                await self._begin_termination(sn, sp, doomed, context)
             return
         if sp.state == RUNNING and pod.phase != "Running":
             log.info("pod %s re-published as %s by %s; asserting Running", pod.key, pod.phase or "Pending",
-                     rec.source or "?")
-            await self._send(pod_record(sp.pod, source=self.name))
+                     source or "?")
+            await self._send(pod_batch_record([status_update(sp.pod, self.name)], self.name))
 
     # ---- transitions ---------------------------------------------------------------------
     def grace_for(self, pod: Pod, override: Optional[float] = None) -> float:
@@ -307,6 +363,7 @@ class KubeletAgent:
         g = self.grace_for(pod, grace)
         sp.state, sp.context, sp.kill_at = TERMINATING, ctx, self.clock() + g
         sn.update(sp, pod)
+        self._timers.push(sp.kill_at, pod.uid)
         with tracer.start_as_current_span("kill_pod", context=ctx, attributes={
                 "schedmesh.pod": pod.key, "schedmesh.node": sn.name, "schedmesh.grace_seconds": g,
                 "schedmesh.reason": reason}):
@@ -314,20 +371,28 @@ class KubeletAgent:
             await self._send(event_record(pod, reason, msg, self.name))
         log.info("terminating %s on %s in %.1fs (%s)", pod.key, sn.name, g, reason)
 
-    async def _start(self, sn: SimNode, sp: SimPod) -> None:
-        pod = running_pod(sp.pod, self.clock())
-        sp.state = RUNNING
-        sn.update(sp, pod)
-        try:
+    async def _start_all(self, due: list[tuple[SimNode, SimPod]]) -> None:
+        """Start the pods due now: one record of status reports and one of Started events."""
+        now = self.clock()
+        updates, events = [], []
+        for sn, sp in due:
+            pod = running_pod(sp.pod, now)
+            sp.state = RUNNING
+            sn.update(sp, pod)
             with tracer.start_as_current_span("start_pod", context=sp.context, attributes={
-                    "schedmesh.pod": pod.key, "schedmesh.node": sn.name}):
-                await self._send(pod_record(pod, source=self.name))
-                await self._send(event_record(pod, "Started", f"Started container {_containers(pod)}", self.name))
+                    "k8s.pod.name": pod.name, "k8s.namespace.name": pod.namespace, "k8s.node.name": sn.name}):
+                updates.append(status_update(pod, self.name))
+                events.append(event_message(pod, "Started", f"Started container {_containers(pod)}", self.name))
+        try:
+            await self._send(pod_batch_record(updates, self.name))
+            await self._send(event_batch_record(events))
         except Exception:
-            if sp.state == RUNNING and sn.pods.get(pod.uid) is sp:  # try again on a later reconcile
-                sp.state, sp.start_at = STARTING, self.clock() + 1.0
+            for sn, sp in due:  # try again on a later reconcile
+                if sp.state == RUNNING and sn.pods.get(sp.pod.uid) is sp:
+                    sp.state, sp.start_at = STARTING, self.clock() + 1.0
+                    self._timers.push(sp.start_at, sp.pod.uid)
             raise
-        log.info("started %s on %s", pod.key, sn.name)
+        log.info("started %d pod(s)", len(due))
 
     async def _finish(self, sn: SimNode, sp: SimPod) -> None:
         uid = sp.pod.uid
@@ -342,6 +407,7 @@ class KubeletAgent:
                 sp.kill_at = self.clock() + 1.0
                 sn.add(sp)
                 self._where[uid] = sn
+                self._timers.push(sp.kill_at, uid)
             raise
         log.info("deleted %s from %s", sp.pod.key, sn.name)
 
@@ -358,16 +424,28 @@ class KubeletAgent:
         await self._begin_termination(sn, sp, doomed, Context(), ev.reason, ev.message, ev.grace_seconds)
 
     async def reconcile(self) -> None:
-        """Time-driven work on every node: evictions, due starts, due terminations."""
+        """Time-driven work: evictions (every node, only when evictors are configured), then
+        the starts and terminations that fell due (a timer heap, not a scan of every node)."""
         now = self.clock()
-        for sn in list(self.nodes.values()):
-            for evictor in self.evictors:
-                for ev in list(evictor.check(sn, now)):
-                    await self.evict(sn, ev)
-            for sp in sn.due_starts(now):
-                await self._guard(self._start(sn, sp))
-            for sp in sn.due_kills(now):
-                await self._guard(self._finish(sn, sp))
+        if self.evictors:
+            for sn in list(self.nodes.values()):
+                for evictor in self.evictors:
+                    for ev in list(evictor.check(sn, now)):
+                        await self.evict(sn, ev)
+        starts, kills = [], []
+        for uid in self._timers.pop_due(now):
+            sn = self._where.get(uid)
+            sp = sn.pods.get(uid) if sn is not None else None
+            if sp is None:
+                continue
+            if sp.state == STARTING and sp.start_at <= now:
+                starts.append((sn, sp))
+            elif sp.state == TERMINATING and sp.kill_at <= now:
+                kills.append((sn, sp))
+        if starts:
+            await self._guard(self._start_all(starts))
+        for sn, sp in kills:
+            await self._guard(self._finish(sn, sp))
 
     @staticmethod
     async def _guard(coro) -> None:

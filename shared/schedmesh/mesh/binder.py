@@ -33,26 +33,32 @@ from schedmesh.framework.interface import CycleState
 from schedmesh.framework.profile import PluginRef, PluginSet, Profile
 from schedmesh.framework.runtime import Framework
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, TOPIC_EVENTS, TOPIC_PODS, ClusterCache
-from schedmesh.mesh.records import pod_record, publish
+from schedmesh.mesh.records import (binding_update, event_batch_record, expand, pod_batch_record, pod_message,
+                                    pod_record, publish)
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
+from schedmesh.telemetry.propagation import extract_kafka_headers, inject_kafka_headers
 from schedmesh.v1 import binder_pb2, binder_pb2_grpc, events_pb2
 
 log = logging.getLogger("schedmesh.binder")
+tracer = trace.get_tracer("schedmesh.binder")
 
 LEDGER_CLIENT = "binder-ledger"  # the cache's assumed-pods slot holding committed, unseen bindings
 FIT_PLUGINS = ("NodeResourcesFit", "NodePorts")
 _MAX_REMEMBERED_DELETIONS = 100_000
 
 
+def event_message(pod: Pod, reason: str, message: str, source: str, type_: str = "Normal") -> events_pb2.Event:
+    """A Kubernetes-style Event about `pod`, stamped with the current trace id."""
+    ctx = trace.get_current_span().get_span_context()
+    return events_pb2.Event(pod_uid=pod.uid, pod=pod.key, type=type_, reason=reason, message=message,
+                            source=source, timestamp=time.time(),
+                            trace_id=format(ctx.trace_id, "032x") if ctx.is_valid else "")
+
+
 def event_record(pod: Pod, reason: str, message: str, source: str, type_: str = "Normal"
                  ) -> tuple[str, str, bytes]:
-    """A Kubernetes-style Event about `pod` for schedmesh.events (key: pod uid), stamped with
-    the current trace id."""
-    ctx = trace.get_current_span().get_span_context()
-    ev = events_pb2.Event(pod_uid=pod.uid, pod=pod.key, type=type_, reason=reason, message=message,
-                          source=source, timestamp=time.time(),
-                          trace_id=format(ctx.trace_id, "032x") if ctx.is_valid else "")
-    return TOPIC_EVENTS, pod.uid, ev.SerializeToString()
+    """The same, as a record for schedmesh.events (key: pod uid)."""
+    return TOPIC_EVENTS, pod.uid, event_message(pod, reason, message, source, type_).SerializeToString()
 
 
 def binder_profile(fit_args: Optional[dict] = None) -> Profile:
@@ -97,12 +103,17 @@ class BindLedger:
             rec = events_pb2.PodRecord.FromString(r.value)
         except Exception:  # noqa: BLE001 - the cache logs undecodable records
             return
-        if rec.deleted:
-            uid = rec.pod.metadata.uid
-            self._deleted[uid] = None
-            self._deleted.move_to_end(uid)
-            while len(self._deleted) > _MAX_REMEMBERED_DELETIONS:
-                self._deleted.popitem(last=False)
+        for item in expand(rec):
+            uid = item.update.uid if item.HasField("update") else item.pod.metadata.uid
+            if item.deleted:
+                self._deleted[uid] = None
+                self._deleted.move_to_end(uid)
+            if uid in self._committed:  # seen come back (or deleted): the cache holds it now
+                current = self.cache.pods.get(uid)
+                if item.deleted or (current is not None and current.node_name):
+                    del self._committed[uid]
+        while len(self._deleted) > _MAX_REMEMBERED_DELETIONS:
+            self._deleted.popitem(last=False)
 
     # ---- deciding --------------------------------------------------------------------------
     def _bound_node(self, uid: str) -> str:
@@ -112,15 +123,6 @@ class BindLedger:
         p = self.cache.pods.get(uid)
         return p.node_name if p is not None else ""
 
-    def _prune(self) -> None:
-        """Forget commitments the cache has seen come back (or seen deleted)."""
-        done = [uid for uid, (_pod, node) in self._committed.items()
-                if uid in self._deleted or (uid in self.cache.pods and self.cache.pods[uid].node_name)]
-        if done:
-            for uid in done:
-                del self._committed[uid]
-            self.cache.set_assumed(LEDGER_CLIENT, list(self._committed.values()))
-
     def decide(self, pod: Pod, node_name: str) -> Decision:
         """Commit `pod` to `node_name` if it may go there; the caller publishes `publish`."""
         uid = pod.uid
@@ -129,7 +131,6 @@ class BindLedger:
         if not node_name:
             return Decision(False, "no node name")
         with self.cache.lock:
-            self._prune()
             if uid in self._deleted:
                 return Decision(False, f"pod {pod.key} has been deleted")
             current = self.cache.pods.get(uid)
@@ -152,53 +153,79 @@ class BindLedger:
                 return Decision(False, st.message() or str(st))
             bound = bound_pod(pod, node_name)
             self._committed[uid] = (bound, node_name)
-            self.cache.set_assumed(LEDGER_CLIENT, list(self._committed.values()))
+            self.cache.assume(LEDGER_CLIENT, bound, node_name)
             return Decision(True, "", bound)
 
     def rollback(self, uid: str) -> None:
         """Undo a commitment whose publication failed."""
         with self.cache.lock:
             if self._committed.pop(uid, None) is not None:
-                self.cache.set_assumed(LEDGER_CLIENT, list(self._committed.values()))
+                self.cache.forget(LEDGER_CLIENT, uid)
 
     def pending(self) -> list[Pod]:
         """Committed bindings not yet seen back through Kafka."""
         with self.cache.lock:
-            self._prune()
             return [p for p, _n in self._committed.values()]
 
 
 class BinderServicer(binder_pb2_grpc.BinderServicer):
     def __init__(self, ledger: BindLedger, producer: EventProducer, name: str) -> None:
         self.ledger, self.producer, self.name = ledger, producer, name
-        self.lock = asyncio.Lock()  # one bind at a time: decide + publish is the critical section
+        # Decisions are serialized (the ledger is not re-entrant); publication of a batch runs
+        # concurrently and its acknowledgements are awaited once per batch, not per pod.
+        self.lock = asyncio.Lock()
+
+    def _bound_records(self, pod: Pod, node: str, traceparent: str) -> tuple[events_pb2.PodRecord, events_pb2.Event]:
+        """The binding delta and the Scheduled event of one pod, inside the binder's span of that
+        pod's trace; the delta carries this span on to the kubelet agent."""
+        ctx = extract_kafka_headers([("traceparent", traceparent.encode())]) if traceparent else None
+        with tracer.start_as_current_span("bind", context=ctx, attributes={
+                "k8s.pod.name": pod.name, "k8s.namespace.name": pod.namespace, "k8s.node.name": node}):
+            here = dict(inject_kafka_headers([])).get("traceparent", b"").decode()
+            if pod.uid in self.ledger.cache.pods:
+                update = binding_update(pod, node, self.name, here)
+            else:  # readers cannot know this pod yet: publish it whole
+                update = pod_message(bound_pod(pod, node), source=self.name)
+                update.traceparent = here
+            return (update,
+                    event_message(pod, "Scheduled", f"Successfully assigned {pod.key} to {node}", self.name))
+
+    async def _commit(self, binds, client_id: str) -> list[binder_pb2.BindResponse]:
+        """Decide every binding in order against the ledger, then publish the new ones: one
+        record of binding deltas and one of Scheduled events per batch."""
+        async with self.lock:
+            pods = [convert.pod_from_proto(b.pod) for b in binds]
+            decisions = [self.ledger.decide(pod, b.node_name) for pod, b in zip(pods, binds)]
+            out = [binder_pb2.BindResponse(bound=d.bound, reason=d.reason) for d in decisions]
+            new = [i for i, d in enumerate(decisions) if d.publish is not None]
+            if new:
+                updates, events = zip(*(self._bound_records(pods[i], binds[i].node_name, binds[i].traceparent)
+                                        for i in new))
+                try:
+                    await publish(self.producer, [pod_batch_record(updates, self.name), event_batch_record(events)])
+                except Exception as e:  # noqa: BLE001 - nothing is committed unless it is published
+                    log.warning("publishing %d binding(s) failed: %r", len(new), e)
+                    for i in new:
+                        self.ledger.rollback(pods[i].uid)
+                        out[i] = binder_pb2.BindResponse(bound=False, reason=f"publishing the binding failed: {e}")
+        for pod, b, r in zip(pods, binds, out):
+            if not r.bound:
+                log.info("refused %s -> %s (client %s): %s", pod.key, b.node_name, client_id, r.reason)
+        log.debug("committed %d of %d binding(s) from %s", len(new), len(out), client_id)
+        return out
 
     async def Bind(self, request: binder_pb2.BindRequest, context) -> binder_pb2.BindResponse:
-        pod = convert.pod_from_proto(request.pod)
-        node = request.node_name
         span = trace.get_current_span()  # the server span of the tracing interceptor
-        span.set_attribute("schedmesh.pod", pod.key)
-        span.set_attribute("schedmesh.node", node)
         span.set_attribute("schedmesh.client", request.client_id)
-        async with self.lock:
-            d = self.ledger.decide(pod, node)
-            if d.publish is not None:
-                try:
-                    await publish(self.producer, [
-                        pod_record(d.publish, source=self.name),
-                        event_record(d.publish, "Scheduled", f"Successfully assigned {pod.key} to {node}", self.name),
-                    ])
-                except Exception as e:  # noqa: BLE001 - nothing is committed unless it is published
-                    self.ledger.rollback(pod.uid)
-                    log.warning("bind %s -> %s: publish failed: %r", pod.key, node, e)
-                    await context.abort(grpc.StatusCode.UNAVAILABLE, f"publishing the binding failed: {e}")
-        span.set_attribute("schedmesh.bound", d.bound)
-        if not d.bound:
-            span.set_attribute("schedmesh.reason", d.reason)
-            log.info("refused %s -> %s (client %s): %s", pod.key, node, request.client_id, d.reason)
-        elif d.publish is not None:
-            log.info("bound %s -> %s (client %s)", pod.key, node, request.client_id)
-        return binder_pb2.BindResponse(bound=d.bound, reason=d.reason)
+        (resp,) = await self._commit([request], request.client_id)
+        if not resp.bound and resp.reason.startswith("publishing the binding failed"):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, resp.reason)
+        span.set_attribute("schedmesh.bound", resp.bound)
+        return resp
+
+    async def BindBatch(self, request: binder_pb2.BindBatchRequest, context) -> binder_pb2.BindBatchResponse:
+        trace.get_current_span().set_attribute("schedmesh.batch_size", len(request.binds))
+        return binder_pb2.BindBatchResponse(results=await self._commit(request.binds, request.client_id))
 
     async def republish_pending(self) -> None:
         """After a broker restart: bindings committed but never seen back may be lost."""

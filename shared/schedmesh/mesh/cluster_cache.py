@@ -19,6 +19,7 @@ from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NA
                                   PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES,
                                   STATE_TOPICS)
 from schedmesh.cache.snapshot import Snapshot
+from schedmesh.mesh.records import apply_update, expand
 from schedmesh.v1 import events_pb2
 
 
@@ -42,6 +43,7 @@ class ClusterCache:
     lock: threading.RLock = field(default_factory=threading.RLock)
     listeners: list[Listener] = field(default_factory=list)
     _assumed: dict[str, dict[str, tuple[Pod, str]]] = field(default_factory=dict)  # client -> uid -> (pod, node)
+    _expected: dict[str, Pod] = field(default_factory=dict)  # uid -> pod this process published
     _changed: threading.Condition = field(init=False)
 
     def __post_init__(self) -> None:
@@ -54,8 +56,13 @@ class ClusterCache:
                 rec = events_pb2.NodeRecord.FromString(value)
                 self._apply_node(convert.node_from_proto(rec.node), rec.deleted)
             elif topic == TOPIC_PODS:
-                rec = events_pb2.PodRecord.FromString(value)
-                self._apply_pod(convert.pod_from_proto(rec.pod), rec.deleted)
+                for rec in expand(events_pb2.PodRecord.FromString(value)):
+                    if rec.HasField("update"):
+                        old = self.pods.get(rec.update.uid)
+                        if old is not None:  # a delta for a pod already deleted is moot
+                            self._apply_pod(apply_update(old, rec.update), False)
+                    else:
+                        self._apply_pod(self._decode_pod(rec.pod), rec.deleted)
             elif topic == TOPIC_PRIORITY_CLASSES:
                 rec = events_pb2.PriorityClassRecord.FromString(value)
                 pc = convert.priority_class_from_proto(rec.priority_class)
@@ -81,6 +88,19 @@ class ClusterCache:
             key = f"{topic}/{partition}"
             self.offsets[key] = max(self.offsets.get(key, 0), offset + 1)
             self._changed.notify_all()
+
+    def expect(self, pods: list[Pod]) -> None:
+        """Pods this process itself is publishing: when their records come back, these objects
+        are used instead of decoding the records again (the queue-manager's Apply)."""
+        with self.lock:
+            for p in pods:
+                self._expected[p.meta.uid] = p
+
+    def _decode_pod(self, msg) -> Pod:
+        mine = self._expected.pop(msg.metadata.uid, None) if self._expected else None
+        if mine is not None and mine.meta.resource_version == msg.metadata.resource_version:
+            return mine
+        return convert.pod_from_proto(msg)
 
     def _apply_node(self, node: Node, deleted: bool) -> None:
         old = self.snapshot.get(node.name)
@@ -135,6 +155,21 @@ class ClusterCache:
                 if uid not in old or old[uid][1] != node:
                     self.snapshot.add_pod(pod, node)
             self._assumed[client] = new
+
+    def assume(self, client: str, pod: Pod, node: str) -> None:
+        """Count `pod` on `node` until its binding comes back (or `forget`): kube's AssumePod."""
+        with self.lock:
+            if self._is_bound(pod.meta.uid):
+                return
+            self._assumed.setdefault(client, {})[pod.meta.uid] = (pod, node)
+            self.snapshot.add_pod(pod, node)
+
+    def forget(self, client: str, uid: str) -> None:
+        """Drop an assumption whose binding failed: kube's ForgetPod."""
+        with self.lock:
+            entry = self._assumed.get(client, {}).pop(uid, None)
+            if entry is not None and not self._is_bound(uid):
+                self.snapshot.remove_pod(entry[0])
 
     def _is_bound(self, uid: str) -> bool:
         p = self.pods.get(uid)

@@ -2,12 +2,19 @@
 
 Plugs into `SchedulingAlgorithm` as its evaluator, so the cycle (PreFilter, node ordering,
 normalisation, weights, host selection) is the same code `schedmesh explain` runs.
+
+Sampling is kube's, across shards: every shard walks the same global node order from the
+queue-manager's start index and stops once it has found numFeasibleNodesToFind nodes of its
+own; the merge keeps the first numFeasibleNodesToFind feasible nodes in global order and the
+failures before the last of them, which is exactly what one process walking that order would
+have examined (no shard can stop before that point: it would need that many feasible nodes
+of its own before it). The start index then advances by the same count as in one process.
+
 A shard that fails makes the whole attempt fail with an error: the pod goes back to the
 queue with backoff and is retried, never half-evaluated.
 """
 from __future__ import annotations
 
-import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Sequence
 
@@ -17,7 +24,8 @@ import numpy as np
 from schedmesh.api import convert
 from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.framework.runtime import Framework, Nominator
-from schedmesh.scheduling.cycle import Diagnosis
+from schedmesh.mesh.runtime import GRPC_OPTIONS
+from schedmesh.scheduling.cycle import Diagnosis, LocalEvaluator
 from schedmesh.telemetry import inject_grpc_metadata
 from schedmesh.v1 import scheduling_pb2 as spb
 from schedmesh.v1 import scheduling_pb2_grpc as sgrpc
@@ -25,11 +33,10 @@ from schedmesh.v1 import scheduling_pb2_grpc as sgrpc
 ViewFn = Callable[[], spb.ClusterView]
 
 
-class ShardUnavailableError(Exception):
-    pass
+class ShardedEvaluator(LocalEvaluator):
+    """Filter on the filter shards and raw Score on the score shards; either phase runs in
+    this process (LocalEvaluator) when it has no shards."""
 
-
-class ShardedEvaluator:
     def __init__(self, filter_targets: Sequence[str], score_targets: Sequence[str], view_fn: ViewFn,
                  timeout: float = 10.0) -> None:
         self.view_fn = view_fn
@@ -42,9 +49,12 @@ class ShardedEvaluator:
         self._pool = ThreadPoolExecutor(max_workers=max(len(filter_targets), len(score_targets), 1),
                                         thread_name_prefix="fanout")
 
+    @property
+    def sharded(self) -> bool:
+        return bool(self.filter_stubs or self.score_stubs)
+
     def _channel(self, target: str) -> grpc.Channel:
-        ch = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 64 << 20),
-                                                   ("grpc.max_send_message_length", 64 << 20)])
+        ch = grpc.insecure_channel(target, options=GRPC_OPTIONS)
         self._channels.append(ch)
         return ch
 
@@ -64,18 +74,22 @@ class ShardedEvaluator:
 
     def filter(self, algo, fw: Framework, state: CycleState, pod, snapshot, ordered: np.ndarray, to_find: int,
                diagnosis: Diagnosis, nominator: Optional[Nominator]) -> np.ndarray:
-        view = self.view_fn()
+        if not self.filter_stubs:
+            return super().filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
+        cols = snapshot.cols
         evaluate_all = to_find >= len(ordered)
-        quota = 0 if evaluate_all else math.ceil(to_find / len(self.filter_stubs))
-        req = spb.FilterRequest(pod=convert.pod_to_proto(pod), scheduler_name=fw.name, view=view,
-                                max_feasible=quota, evaluate_all=evaluate_all)
+        # `ordered` is the narrowed global order rolled by the start index; shards rebuild it.
+        start = 0 if evaluate_all else algo.next_start_node_index % len(ordered)
+        req = spb.FilterRequest(pod=convert.pod_to_proto(pod), scheduler_name=fw.name, view=self.view_fn(),
+                                max_feasible=0 if evaluate_all else to_find, evaluate_all=evaluate_all,
+                                start_index=start, order_digest=cols.order_digest)
         md = inject_grpc_metadata()  # each shard's span joins this attempt's trace
         calls = [(i, self._pool.submit(stub.Filter, req, timeout=self.timeout, metadata=md))
                  for i, stub in enumerate(self.filter_stubs)]
-        cols = snapshot.cols
         position = np.full(cols.n, -1, np.int64)  # row -> position in this cycle's node order
         position[ordered] = np.arange(len(ordered))
         feasible_pos: list[np.ndarray] = []
+        failures: list[tuple[Status, np.ndarray, list[str]]] = []
         status_of: dict[tuple, Status] = {}
         for resp in self._gather(calls):
             if resp.HasField("prefilter_rejection"):
@@ -90,12 +104,27 @@ class ShardedEvaluator:
                 st = status_of.get(key)
                 if st is None:
                     st = status_of[key] = Status(Code(g.code), key[2], g.plugin)
-                    diagnosis.add_plugin_status(st)
-                diagnosis.node_to_status.update((node, st) for node in g.nodes)
+                nodes = list(g.nodes)
+                failures.append((st, position[cols.rows_of(nodes)], nodes))
         all_pos = np.sort(np.concatenate(feasible_pos)) if feasible_pos else np.empty(0, np.int64)
-        return ordered[all_pos[:to_find]]
+        taken = all_pos[:to_find]
+        # Sequentially, the walk stops at the to_find-th feasible node: failures after it
+        # were never examined.
+        cutoff = int(taken[-1]) if len(taken) == to_find and to_find < len(ordered) else len(ordered)
+        used: set[int] = set()
+        for st, pos, nodes in failures:
+            keep = pos <= cutoff
+            if not keep.any():
+                continue
+            if id(st) not in used:
+                used.add(id(st))
+                diagnosis.add_plugin_status(st)
+            diagnosis.node_to_status.update((n, st) for n, k in zip(nodes, keep.tolist()) if k)
+        return ordered[taken]
 
     def raw_scores(self, fw: Framework, state: CycleState, pod, snapshot, rows: np.ndarray) -> dict[str, np.ndarray]:
+        if not self.score_stubs:
+            return super().raw_scores(fw, state, pod, snapshot, rows)
         cols = snapshot.cols
         req = spb.ScoreRequest(pod=convert.pod_to_proto(pod), scheduler_name=fw.name, view=self.view_fn(),
                                feasible=[cols.names[r] for r in rows.tolist()])

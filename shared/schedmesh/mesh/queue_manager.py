@@ -8,7 +8,8 @@ Threads and locks:
     the loop);
   * the scheduling loop (`_schedule_loop`) is one thread, like kube's scheduleOne goroutine:
     pop, cycle under `cache.lock`, assume, Reserve/Permit, hand off to the binding pool;
-  * binding cycles run on a ThreadPoolExecutor and never block the next pod.
+  * the binding cycle is one more thread: it sends the bindings decided meanwhile to the
+    binder in one batch (BindBatch) and never blocks the next pod.
 Lock order: cache.lock before the queue's lock (the cache listener calls the queue under
 cache.lock); nothing takes cache.lock while holding the queue's lock.
 """
@@ -16,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence
 
@@ -65,7 +66,7 @@ class QueueManagerConfig:
     pod_max_backoff_seconds: float = 10.0
     shard_timeout: float = 10.0
     bind_timeout: float = 10.0
-    bind_workers: int = 16
+    max_bind_batch: int = 512
     tie_break: str = "random"
 
 
@@ -146,6 +147,7 @@ class _Assumed:
     cycle: int
     span: Any = None
     trace_id: str = ""
+    traceparent: str = ""
 
 
 @dataclass
@@ -187,12 +189,15 @@ class QueueManager:
         self.events_consumer: Optional[EventConsumer] = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._bind_pool = ThreadPoolExecutor(cfg.bind_workers, thread_name_prefix="bind")
+        self._bind_queue: queue.SimpleQueue[_Assumed] = queue.SimpleQueue()
+        self._bind_thread: Optional[threading.Thread] = None
         self._binder_channel = grpc.insecure_channel(cfg.binder)
         self.binder = binder_pb2_grpc.BinderStub(self._binder_channel)
         self.loop_running = threading.Event()
         self.attempts = 0
         self.cycle_seconds = 0.0
+        self._resource_version = 0
+        self._started_ns = time.time_ns()
 
     # ---- lifecycle ---------------------------------------------------------------------
     async def start(self, timeout: float = 60.0) -> None:
@@ -209,6 +214,8 @@ class QueueManager:
         self.queue.run()
         self._thread = threading.Thread(target=self._schedule_loop, name="schedule-one", daemon=True)
         self._thread.start()
+        self._bind_thread = threading.Thread(target=self._binding_loop, name="binding-cycle", daemon=True)
+        self._bind_thread.start()
 
     async def follow(self) -> None:
         """Apply state records on a worker thread (the cycle may hold cache.lock for a while)."""
@@ -229,7 +236,8 @@ class QueueManager:
         self.queue.close()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 10)
-        await asyncio.to_thread(self._bind_pool.shutdown, True)
+        if self._bind_thread is not None:
+            await asyncio.to_thread(self._bind_thread.join, 10)
         self.evaluator.close()
         self._binder_channel.close()
         for c in (self.follower, self.events_consumer):
@@ -238,6 +246,11 @@ class QueueManager:
         if self.producer is not None:
             await self.producer.flush()
             await self.producer.stop()
+
+    def next_resource_version(self) -> str:
+        with self._notes_lock:
+            self._resource_version += 1
+            return f"{self.cfg.client_id}-{self._started_ns}-{self._resource_version}"
 
     # ---- publishing (from any thread) --------------------------------------------------
     def _publish_sync(self, recs: list, timeout: float = 15.0) -> None:
@@ -333,17 +346,18 @@ class QueueManager:
         if r.value is None:
             return
         try:
-            ev = events_pb2.Event.FromString(r.value)
+            batch = records.expand(events_pb2.Event.FromString(r.value))
         except Exception:
             return
         with self._notes_lock:
-            n = self.notes.setdefault(ev.pod_uid, _PodNotes())
-            n.events.append(ev)
-            del n.events[:-MAX_EVENTS_PER_POD]
-            if ev.reason == "FailedScheduling":
-                n.message = ev.message
-            if ev.trace_id:
-                n.trace_id = ev.trace_id
+            for ev in batch:
+                n = self.notes.setdefault(ev.pod_uid, _PodNotes())
+                n.events.append(ev)
+                del n.events[:-MAX_EVENTS_PER_POD]
+                if ev.reason == "FailedScheduling":
+                    n.message = ev.message
+                if ev.trace_id:
+                    n.trace_id = ev.trace_id
 
     # ---- the ClusterView sent to the shards --------------------------------------------
     def _view(self) -> spb.ClusterView:
@@ -439,7 +453,8 @@ class QueueManager:
                     self._unschedulable(qpi, cycle, fit_err, trace_id, root)
                     return
                 root.set_attribute("node", host)
-                self._bind_pool.submit(self._binding_cycle, a, ctx)
+                a.traceparent = dict(inject_grpc_metadata(context=ctx)).get("traceparent", "")
+                self._bind_queue.put(a)
                 handed_off = True
         except (PluginError, NoNodesAvailableError) as e:
             msg = str(e)
@@ -506,52 +521,82 @@ class QueueManager:
         self._requeue(qpi, cycle)
         self._publish_failed(qpi.pod, msg, trace_id)
 
-    # ---- the binding cycle (thread pool) -----------------------------------------------
-    def _binding_cycle(self, a: _Assumed, ctx) -> None:
-        pod, node = a.pod, a.node
+    # ---- the binding cycle (its own thread, in batches) ---------------------------------
+    def _binding_loop(self) -> None:
+        """kube runs one binding goroutine per pod; here the bindings decided while the binder
+        was answering the previous batch go to it together, one RPC per batch."""
+        while not (self._stop.is_set() and self._bind_queue.empty()):
+            try:
+                batch = [self._bind_queue.get(timeout=0.1)]
+            except queue.Empty:
+                continue
+            while len(batch) < self.cfg.max_bind_batch:
+                try:
+                    batch.append(self._bind_queue.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                self._bind_batch(batch)
+            except Exception:  # noqa: BLE001 - a failed batch must never lose its pods
+                log.exception("binding batch of %d failed", len(batch))
+                for a in batch:
+                    self._binding_failed(a, "internal error in the binding cycle")
+
+    def _bind_batch(self, batch: list[_Assumed]) -> None:
+        ready: list[_Assumed] = []
+        for a in batch:
+            st = a.fw.run_pre_bind(a.state, a.pod, a.node)
+            if st is not None and not st.is_success():
+                self._binding_failed(a, f"PreBind: {st.message()}")
+            else:
+                ready.append(a)
+        if not ready:
+            return
+        req = binder_pb2.BindBatchRequest(client_id=self.cfg.client_id)
+        for a in ready:
+            req.binds.add(pod=convert.pod_to_proto(a.pod), node_name=a.node, client_id=self.cfg.client_id,
+                          traceparent=a.traceparent)
         try:
-            with tracer.start_as_current_span("bind", context=ctx, attributes={"pod": pod.key, "node": node}) as span:
-                try:
-                    st = a.fw.run_pre_bind(a.state, pod, node)
-                    if st is not None and not st.is_success():
-                        raise RuntimeError(f"PreBind: {st.message()}")
-                    resp = self.binder.Bind(binder_pb2.BindRequest(pod=convert.pod_to_proto(pod), node_name=node,
-                                                                   client_id=self.cfg.client_id),
-                                            timeout=self.cfg.bind_timeout, metadata=inject_grpc_metadata())
-                    ok, reason = resp.bound, resp.reason
-                except grpc.RpcError as e:
-                    ok, reason = False, f"binder unavailable: {e.code().name}: {e.details()}"
-                except Exception as e:  # noqa: BLE001 - a failed bind must never lose the pod
-                    ok, reason = False, str(e)
-                span.set_attribute("bound", ok)
-                if ok:
-                    try:
-                        a.fw.run_post_bind(a.state, pod, node)
-                    except Exception:
-                        log.exception("PostBind failed for %s", pod.key)
-                    self.queue.done(pod.uid)
-                    # The binder published the Scheduled event (with this trace's id) as it committed.
-                    return
-                span.set_status(trace.Status(trace.StatusCode.ERROR, reason))
-                log.warning("binding %s to %s refused: %s", pod.key, node, reason)
-                with self.cache.lock:
-                    try:
-                        a.fw.run_unreserve(a.state, pod, node)
-                    except Exception:
-                        log.exception("Unreserve failed for %s", pod.key)
-                self._forget(a)
-                self._requeue_error(a.qpi, a.cycle)
-                msg = f"Binding rejected: {reason}"
-                with self._notes_lock:
-                    n = self.notes.setdefault(pod.uid, _PodNotes())
-                    n.message, n.trace_id = msg, a.trace_id
-                try:
-                    self._publish_sync([self._event_record(pod, "Warning", "FailedScheduling", msg, a.trace_id)])
-                except Exception:
-                    log.exception("cannot publish binding failure for %s", pod.key)
-        finally:
+            results = self.binder.BindBatch(req, timeout=self.cfg.bind_timeout).results
+        except grpc.RpcError as e:
+            for a in ready:
+                self._binding_failed(a, f"binder unavailable: {e.code().name}: {e.details()}")
+            return
+        for a, r in zip(ready, results):
+            if not r.bound:
+                self._binding_failed(a, r.reason)
+                continue
+            try:
+                a.fw.run_post_bind(a.state, a.pod, a.node)
+            except Exception:
+                log.exception("PostBind failed for %s", a.pod.key)
+            self.queue.done(a.pod.uid)
+            # The binder published the Scheduled event (with this trace's id) as it committed.
             if a.span is not None:
+                a.span.set_attribute("bound", True)
                 a.span.end()
+
+    def _binding_failed(self, a: _Assumed, reason: str) -> None:
+        pod, node = a.pod, a.node
+        log.warning("binding %s to %s refused: %s", pod.key, node, reason)
+        if a.span is not None:
+            a.span.set_status(trace.Status(trace.StatusCode.ERROR, reason))
+            a.span.end()
+        with self.cache.lock:
+            try:
+                a.fw.run_unreserve(a.state, pod, node)
+            except Exception:
+                log.exception("Unreserve failed for %s", pod.key)
+        self._forget(a)
+        self._requeue_error(a.qpi, a.cycle)
+        msg = f"Binding rejected: {reason}"
+        with self._notes_lock:
+            n = self.notes.setdefault(pod.uid, _PodNotes())
+            n.message, n.trace_id = msg, a.trace_id
+        try:
+            self._publish_sync([self._event_record(pod, "Warning", "FailedScheduling", msg, a.trace_id)])
+        except Exception:
+            log.exception("cannot publish binding failure for %s", pod.key)
 
     # ---- API helpers -------------------------------------------------------------------
     def queue_name(self, pod: Pod, pending: dict[str, str]) -> str:
@@ -600,6 +645,9 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         for p in m.pods:
             if p.meta.creation_timestamp is None:
                 p.meta.creation_timestamp = now
+            p.meta.resource_version = qm.next_resource_version()
+        # Its own pods come back through Kafka; the cache then takes these objects as they are.
+        qm.cache.expect(m.pods)
         recs = records.manifest_records(m, source=qm.cfg.client_id)
         # Cluster-scoped objects and nodes first, then the pods; within a group, concurrently.
         n_pods = len(m.pods)

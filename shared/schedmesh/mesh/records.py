@@ -1,13 +1,20 @@
-"""Encoding objects as event records (protos/schedmesh/v1/events.proto) and publishing them."""
+"""Encoding objects as event records (protos/schedmesh/v1/events.proto) and publishing them.
+
+Per-pod work on the hot path travels in batches: one Kafka record per Apply, per BindBatch,
+per agent tick (PodRecord.batch, Event.batch, NodeRecord.batch), and bindings and status
+reports as deltas (PodRecord.update) rather than whole pods. Readers flatten a record with
+`expand` and apply deltas with `apply_update`.
+"""
 from __future__ import annotations
 
-from typing import Iterable
+import dataclasses
+from typing import Iterable, Sequence, TypeVar
 
 from schedmesh.api import convert
 from schedmesh.api.load import Manifests
-from schedmesh.api.types import Namespace, Node, Pod, PodDisruptionBudget, PriorityClass
-from schedmesh.mesh.cluster_cache import (TOPIC_NAMESPACES, TOPIC_NODES, TOPIC_PDBS, TOPIC_PODS,
-                                          TOPIC_PRIORITY_CLASSES)
+from schedmesh.api.types import Namespace, Node, Pod, PodCondition, PodDisruptionBudget, PriorityClass
+from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
+                                  PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES)
 from schedmesh.v1 import events_pb2
 
 
@@ -37,15 +44,114 @@ def namespace_record(ns: Namespace, deleted: bool = False) -> tuple[str, str, by
 
 
 def manifest_records(m: Manifests, source: str = "") -> list[tuple[str, str, bytes]]:
-    """Records for everything in a manifest set, cluster-scoped objects first."""
+    """Records for everything in a manifest set, cluster-scoped objects first; the pods as
+    one batch record."""
     out = [namespace_record(n) for n in m.namespaces]
     out += [priority_class_record(c) for c in m.priority_classes]
     out += [pdb_record(p) for p in m.pdbs]
     out += [node_record(n, source=source) for n in m.nodes]
-    out += [pod_record(p, source=source) for p in m.pods]
+    if m.pods:
+        out.append(pod_batch_record([pod_message(p, source=source) for p in m.pods], source))
     return out
+
+
+# ---- batches and deltas ---------------------------------------------------------------------
+Msg = TypeVar("Msg", events_pb2.PodRecord, events_pb2.Event, events_pb2.NodeRecord)
+
+
+def expand(msg: Msg) -> Sequence[Msg]:
+    """The records a (possibly batch) record carries, in order."""
+    return msg.batch if len(msg.batch) else (msg,)
+
+
+def pod_message(pod: Pod, deleted: bool = False, source: str = "") -> events_pb2.PodRecord:
+    return events_pb2.PodRecord(pod=convert.pod_to_proto(pod), deleted=deleted, source=source)
+
+
+def pod_batch_record(items: Sequence[events_pb2.PodRecord], source: str = "") -> tuple[str, str, bytes]:
+    if len(items) == 1:
+        return TOPIC_PODS, items[0].pod.metadata.uid or items[0].update.uid, items[0].SerializeToString()
+    return TOPIC_PODS, f"batch/{source}", events_pb2.PodRecord(batch=items, source=source).SerializeToString()
+
+
+def event_batch_record(events: Sequence[events_pb2.Event]) -> tuple[str, str, bytes]:
+    if len(events) == 1:
+        return TOPIC_EVENTS, events[0].pod_uid, events[0].SerializeToString()
+    return TOPIC_EVENTS, "batch", events_pb2.Event(batch=events).SerializeToString()
+
+
+def binding_update(pod: Pod, node_name: str, source: str = "", traceparent: str = "") -> events_pb2.PodRecord:
+    """The binding of a pod as a delta: spec.nodeName and PodScheduled=True."""
+    rec = events_pb2.PodRecord(source=source, traceparent=traceparent)
+    rec.update.uid, rec.update.node_name = pod.uid, node_name
+    return rec
+
+
+def status_update(pod: Pod, source: str = "") -> events_pb2.PodRecord:
+    """A kubelet's status report (phase, startTime, conditions) as a delta."""
+    rec = events_pb2.PodRecord(source=source)
+    u = rec.update
+    u.uid, u.phase, u.start_time = pod.uid, pod.phase, pod.start_time or 0.0
+    for c in pod.conditions:
+        u.conditions.add(type=c.type, status=c.status, reason=c.reason, message=c.message)
+    return rec
+
+
+def apply_update(pod: Pod, u: events_pb2.PodUpdate) -> Pod:
+    changes: dict = {}
+    conditions = [PodCondition(c.type, c.status, c.reason, c.message) for c in u.conditions]
+    if u.node_name:
+        changes["node_name"] = u.node_name
+        if not conditions:  # kube's binding sets PodScheduled=True
+            conditions = [PodCondition("PodScheduled", "True")] + [c for c in pod.conditions
+                                                                   if c.type != "PodScheduled"]
+    if u.phase:
+        changes["phase"] = u.phase
+    if u.start_time:
+        changes["start_time"] = u.start_time
+    if conditions:
+        changes["conditions"] = conditions
+    return dataclasses.replace(pod, **changes)
 
 
 async def publish(producer, records: Iterable[tuple[str, str, bytes]]) -> None:
     for topic, key, value in records:
         await producer.send(topic, value, key=key)
+
+
+class PodTopicFold:
+    """Folds schedmesh.pods records (batches, deltas) into per-pod facts without a cluster
+    cache: names, the current node and every node a pod was ever bound to (for checks that
+    no pod is bound twice)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}  # uid -> namespace/name
+        self.node: dict[str, str] = {}  # uid -> current spec.nodeName ("" when unbound)
+        self.bindings: dict[str, list[str]] = {}  # uid -> nodes bound to, in order, without repeats
+        self.phase: dict[str, str] = {}
+        self.deleted: set[str] = set()
+
+    def add(self, value: bytes | None) -> None:
+        if not value:
+            return
+        for rec in expand(events_pb2.PodRecord.FromString(value)):
+            if rec.HasField("update"):
+                uid, node, phase = rec.update.uid, rec.update.node_name, rec.update.phase
+            else:
+                uid, node, phase = rec.pod.metadata.uid, rec.pod.node_name, rec.pod.phase
+                self.names[uid] = f"{rec.pod.metadata.namespace}/{rec.pod.metadata.name}"
+                if rec.deleted:
+                    self.deleted.add(uid)
+                    continue
+            if node:
+                self.node[uid] = node
+                seen = self.bindings.setdefault(uid, [])
+                if not seen or seen[-1] != node:
+                    seen.append(node)
+            if phase:
+                self.phase[uid] = phase
+
+    def bound_by_name(self) -> dict[str, str]:
+        """name (without namespace) -> node, for pods currently bound and not deleted."""
+        return {self.names[u].split("/", 1)[1]: n for u, n in self.node.items()
+                if n and u in self.names and u not in self.deleted}

@@ -14,7 +14,6 @@ from typing import Optional
 import numpy as np
 
 from schedmesh.api import convert
-from schedmesh.api.types import Pod
 from schedmesh.cache.node_info import PodInfo
 from schedmesh.framework.interface import CycleState
 from schedmesh.framework.runtime import Framework, Nominator
@@ -47,7 +46,7 @@ class ShardEvaluator:
         self.cache, self.frameworks = cache, frameworks
         self.shard_index, self.shard_count = shard_index, shard_count
         self.name = name or f"shard-{shard_index}-of-{shard_count}"
-        self.algorithm = SchedulingAlgorithm()  # keeps this shard's rotating start index
+        self.algorithm = SchedulingAlgorithm()  # the filter walk; the start index is the caller's
         self._rows_for: Optional[tuple[object, np.ndarray]] = None
         # Where request time goes, logged every 100 requests: waiting for the event stream
         # to reach the caller's offsets, overlaying assumptions, evaluating.
@@ -74,9 +73,6 @@ class ShardEvaluator:
             mask = np.fromiter((shard_of(n, self.shard_count) == self.shard_index for n in cols.names), bool, cols.n)
             self._rows_for = (cols, mask)
         return self._rows_for[1]
-
-    def _my_rows(self) -> np.ndarray:
-        return np.flatnonzero(self._my_mask()).astype(np.int64)
 
     def _prepare(self, view: spb.ClusterView, scheduler_name: str) -> tuple[Framework, float]:
         """Returns the framework and when evaluation may start (for the timing log)."""
@@ -112,20 +108,29 @@ class ShardEvaluator:
             if st is not None and not st.is_success():
                 resp.prefilter_rejection.CopyFrom(spb.NodeFailure(code=int(st.code), plugin=st.plugin, reasons=st.reasons))
                 return resp
-            rows = self._my_rows()
-            resp.shard_nodes = len(rows)
+            cols = snap.cols
+            if not req.evaluate_all and req.order_digest and req.order_digest != cols.order_digest:
+                raise TimeoutError(f"{self.name} orders the nodes differently from the caller "
+                                   f"(digest {cols.order_digest} != {req.order_digest}); not caught up")
+            mine = self._my_mask()
+            resp.shard_nodes = int(mine.sum())
+            # The global order (PreFilter-narrowed), rolled by the caller's start index, as
+            # one process would walk it; this shard examines only its own nodes of it.
+            rows = snap.all_indices()
             if pre_res is not None and not pre_res.all_nodes():
-                names = snap.cols.names
-                rows = np.array([r for r in rows if names[r] in pre_res.node_names], np.int64)
+                keep = [cols.index_of(n) for n in pre_res.node_names]
+                rows = np.array(sorted(i for i in keep if i >= 0), np.int64)
             if len(rows) == 0:
                 return resp
-            to_find = len(rows) if req.evaluate_all or req.max_feasible <= 0 else min(req.max_feasible, len(rows))
-            start = 0 if req.evaluate_all else self.algorithm.next_start_node_index % len(rows)
+            start = 0 if req.evaluate_all else req.start_index % len(rows)
             ordered = np.roll(rows, -start) if start else rows
+            ordered = ordered[mine[ordered]]
+            if len(ordered) == 0:
+                return resp
+            to_find = len(ordered) if req.evaluate_all or req.max_feasible <= 0 else min(req.max_feasible, len(ordered))
             diagnosis = Diagnosis()
             feasible = self.algorithm.filter_in_order(fw, state, pod, snap, ordered, to_find, diagnosis,
                                                       RequestNominator(req.view.nominated))
-            self.algorithm.next_start_node_index += len(feasible) + len(diagnosis.node_to_status)
             names = snap.cols.names
             resp.feasible.extend([names[r] for r in feasible.tolist()])
             groups: dict[int, tuple] = {}  # statuses are shared objects: group nodes by status
