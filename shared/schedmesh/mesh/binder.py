@@ -36,6 +36,7 @@ from schedmesh.mesh.cluster_cache import STATE_TOPICS, TOPIC_EVENTS, TOPIC_PODS,
 from schedmesh.mesh.records import (binding_update, event_batch_record, expand, pod_batch_record, pod_message,
                                     pod_record, publish)
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
+from schedmesh.telemetry import metrics
 from schedmesh.telemetry.propagation import extract_kafka_headers, inject_kafka_headers
 from schedmesh.v1 import binder_pb2, binder_pb2_grpc, events_pb2
 
@@ -210,6 +211,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
                         out[i] = binder_pb2.BindResponse(bound=False, reason=f"publishing the binding failed: {e}")
         for pod, b, r in zip(pods, binds, out):
             if not r.bound:
+                metrics.observe_binder_conflict(r.reason.split(":")[0][:60])
                 log.info("refused %s -> %s (client %s): %s", pod.key, b.node_name, client_id, r.reason)
         log.debug("committed %d of %d binding(s) from %s", len(new), len(out), client_id)
         return out

@@ -42,7 +42,7 @@ from schedmesh.queue.hints import EVENT_ASSIGNED_POD_ADD, pod_scheduling_propert
 from schedmesh.queue.queued_pod_info import QueuedPodInfo
 from schedmesh.queue.scheduling_queue import PriorityQueue, QueueError
 from schedmesh.scheduling.cycle import FitError, NoNodesAvailableError, SchedulingAlgorithm, run_post_filter
-from schedmesh.telemetry import inject_grpc_metadata
+from schedmesh.telemetry import inject_grpc_metadata, metrics
 from schedmesh.v1 import binder_pb2, binder_pb2_grpc, events_pb2, queue_pb2, queue_pb2_grpc
 from schedmesh.v1 import scheduling_pb2 as spb
 
@@ -223,7 +223,8 @@ class QueueManager:
         while True:
             recs = await self.follower.consumer.getmany(timeout=0.5)
             if recs:
-                await asyncio.to_thread(lambda: [self.follower._apply(r) for r in recs])
+                await asyncio.to_thread(self.follower.apply_records, recs)
+            await self.follower.sample_lag()
 
     async def follow_events(self) -> None:
         assert self.events_consumer is not None
@@ -385,18 +386,24 @@ class QueueManager:
                 continue
             t0 = time.perf_counter()
             try:
-                self.schedule_one(qpi)
-                self.cycle_seconds += time.perf_counter() - t0
+                result = self.schedule_one(qpi)
+                took = time.perf_counter() - t0
+                self.cycle_seconds += took
+                if result:
+                    metrics.observe_attempt(result, qpi.pod.scheduler_name, took)
                 if self.attempts % 100 == 0:
+                    metrics.set_pending_pods(**self.queue.pending_counts())
                     log.info("%d attempts, mean attempt %.1f ms (filter fan-out %.1f ms, score fan-out %.1f ms); %s",
                              self.attempts, 1000 * self.cycle_seconds / self.attempts,
                              1000 * self.evaluator.filter_seconds / self.attempts,
                              1000 * self.evaluator.score_seconds / self.attempts, self.queue.pending_pods_summary())
             except Exception:
                 log.exception("scheduling %s failed unexpectedly", qpi.key)
+                metrics.observe_attempt(metrics.ERROR, qpi.pod.scheduler_name, time.perf_counter() - t0)
                 self._requeue_error(qpi, self.queue.scheduling_cycle())
 
-    def schedule_one(self, qpi: QueuedPodInfo) -> None:
+    def schedule_one(self, qpi: QueuedPodInfo) -> str:
+        """One attempt; returns its result as kube's metrics label it ("" when skipped)."""
         pod = qpi.pod
         self.attempts += 1
         cycle = self.queue.scheduling_cycle()
@@ -405,7 +412,7 @@ class QueueManager:
             current = self.cache.pods.get(pod.uid)
         if fw is None or current is None or current.node_name or current.meta.deletion_timestamp is not None:
             self.queue.done(pod.uid)  # deleted, bound elsewhere, or being deleted: skip
-            return
+            return ""
         root = tracer.start_span("schedule_pod", attributes={"pod": pod.key, "attempt": qpi.attempts})
         trace_id = _trace_id(root)
         ctx = trace.set_span_in_context(root)
@@ -448,14 +455,15 @@ class QueueManager:
                             root.set_attribute("error", st.message())
                             qpi.unschedulable_plugins = {st.plugin} if st.is_rejected() and st.plugin else set()
                             self._requeue(qpi, cycle)
-                            return
+                            return metrics.UNSCHEDULABLE if st.is_rejected() else metrics.ERROR
                 if fit_err is not None:
                     self._unschedulable(qpi, cycle, fit_err, trace_id, root)
-                    return
+                    return metrics.UNSCHEDULABLE
                 root.set_attribute("node", host)
                 a.traceparent = dict(inject_grpc_metadata(context=ctx)).get("traceparent", "")
                 self._bind_queue.put(a)
                 handed_off = True
+                return metrics.SCHEDULED
         except (PluginError, NoNodesAvailableError) as e:
             msg = str(e)
             log.warning("attempt for %s failed: %s; retrying with backoff", pod.key, msg)
@@ -465,6 +473,7 @@ class QueueManager:
             self._requeue_error(qpi, cycle)
             if isinstance(e, NoNodesAvailableError):
                 self._publish_failed(pod, f"0/0 nodes are available: {msg}.", trace_id)
+            return metrics.ERROR
         finally:
             if not handed_off:
                 root.end()
@@ -552,6 +561,7 @@ class QueueManager:
                 ready.append(a)
         if not ready:
             return
+        metrics.observe_batch("bind", len(ready))
         req = binder_pb2.BindBatchRequest(client_id=self.cfg.client_id)
         for a in ready:
             req.binds.add(pod=convert.pod_to_proto(a.pod), node_name=a.node, client_id=self.cfg.client_id,
@@ -571,6 +581,8 @@ class QueueManager:
             except Exception:
                 log.exception("PostBind failed for %s", a.pod.key)
             self.queue.done(a.pod.uid)
+            if a.qpi.initial_attempt_timestamp:
+                metrics.observe_pod_scheduled(a.qpi.attempts, max(0.0, time.time() - a.qpi.initial_attempt_timestamp))
             # The binder published the Scheduled event (with this trace's id) as it committed.
             if a.span is not None:
                 a.span.set_attribute("bound", True)

@@ -11,6 +11,7 @@ from schedmesh.framework.runtime import build_frameworks
 from schedmesh.mesh.cluster_cache import ClusterCache
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
 from schedmesh.mesh.shard import ShardEvaluator
+from schedmesh.telemetry import metrics
 from schedmesh.v1 import scheduling_pb2_grpc as sgrpc
 
 
@@ -28,7 +29,8 @@ class _Servicer(sgrpc.FilterWorkerServicer, sgrpc.ScoreWorkerServicer):
 
     async def _call(self, fn, request, context):
         try:
-            return await asyncio.to_thread(fn, request)
+            with metrics.time_shard_request(self.evaluator.name, fn.__name__):
+                return await asyncio.to_thread(fn, request)
         except TimeoutError as e:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
         except KeyError as e:

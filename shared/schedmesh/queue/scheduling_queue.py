@@ -692,6 +692,13 @@ class PriorityQueue(RuntimeNominator):
             out += [PendingPod(p.pod, GATED if p.gated else UNSCHEDULABLE_Q, p) for p in self._unschedulable]
             return out
 
+    def pending_counts(self) -> dict[str, int]:
+        """Pods per queue, as kube's scheduler_pending_pods gauge labels them."""
+        with self._lock:
+            gated = sum(1 for q in self._unschedulable.values() if q.gated)
+            return {"active": len(self._active), "backoff": len(self._backoff),
+                    "unschedulable": len(self._unschedulable) - gated, "gated": gated}
+
     def pending_pods_summary(self) -> str:
         with self._lock:
             return (f"activeQ:{len(self._active)}; backoffQ:{len(self._backoff)}; "
