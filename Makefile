@@ -38,8 +38,20 @@ test-fast: install
 golden: install
 	../shared/tools/golden-check
 
+# Throughput and latency through the running mesh; one JSON report (bench.json), a line per run.
+BENCH_RUNS := \
+  "--workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 5000" \
+  "--workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 5000 --filter-workers 2 --score-workers 2" \
+  "--workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 3000 --rate 200" \
+  "--workload Mixed --nodes 5000 --init-pods 1000 --pods 3000"
 bench: install
-	$(VENV)/bin/schedmesh bench --workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 5000
+	@rm -f bench.json.tmp
+	@for run in $(BENCH_RUNS); do \
+	  echo "bench $$run" >&2; \
+	  $(VENV)/bin/schedmesh bench $$run >> bench.json.tmp || exit 1; \
+	done
+	@$(PY) -c "import json; print(json.dumps([json.loads(l) for l in open('bench.json.tmp')], indent=1))" > bench.json
+	@rm -f bench.json.tmp; cat bench.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .schedmesh
