@@ -23,7 +23,7 @@ from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find processes")
 
 SCHEDMESH = [sys.executable, "-m", "schedmesh.cli.main"]
-UNHEALTHY_SECONDS = 4  # how long the module's mesh lets a service stay unhealthy before restarting it
+UNHEALTHY_SECONDS = 12  # how long the module's mesh lets a service stay unhealthy before restarting it
 
 POOL = """
 pools:
