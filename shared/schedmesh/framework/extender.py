@@ -10,15 +10,21 @@ The scheduling cycle (`schedmesh.scheduling.cycle`) calls these duck-typed metho
 `is_filter()`, `is_prioritizer()`, `is_interested(pod)`, `is_ignorable()`, `filter(pod, node_infos)`
 and `prioritize(pod, node_infos)`; it scales prioritize scores (0..MAX_EXTENDER_PRIORITY) by
 MaxNodeScore / MaxExtenderPriority and the extender's weight.
+
+httpTimeout bounds each call as a whole, and a reply body longer than MAX_EXTENDER_REPLY_BYTES is
+refused unread: a slow or runaway extender costs at most that time and that memory.
 """
 from __future__ import annotations
 
+import functools
 import http.client
+import io
 import json
 import os
 import socket
 import ssl
 import tempfile
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
@@ -33,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
 MIN_EXTENDER_PRIORITY = 0
 MAX_EXTENDER_PRIORITY = 10
 DEFAULT_EXTENDER_TIMEOUT_SECONDS = 5.0  # used when httpTimeout is 0/unset
+MAX_EXTENDER_REPLY_BYTES = 16 * 1024 * 1024  # a longer reply body is refused, not read
 
 
 class ExtenderError(RuntimeError):
@@ -118,15 +125,85 @@ def _decode_first(body: bytes) -> Any:
 # transport
 # ---------------------------------------------------------------------------------------------
 
-class _HTTPSConnection(http.client.HTTPSConnection):
-    """HTTPSConnection whose TLS server name (SNI and certificate check) may differ from the host."""
+class _Deadline:
+    """httpTimeout as Go's http.Client.Timeout: one limit for the whole call (connect, TLS
+    handshake, sending, reading the headers and the body), not for each socket operation.
+    Name resolution is the exception: getaddrinfo cannot be interrupted, the resolver's own
+    timeouts bound it."""
 
-    def __init__(self, *args: Any, server_name: str = "", **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("timed out")
+        return left
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The response's socket reads, each allowed only what is left of the deadline (a server
+    trickling bytes cannot stretch the call past it)."""
+
+    def __init__(self, sock: socket.socket, deadline: _Deadline, socket_file: io.BufferedReader) -> None:
+        super().__init__()
+        self._sock, self._deadline = sock, deadline
+        # sock.makefile()'s file, unread but kept open: while it is, the connection's close()
+        # leaves the socket open for the body (http.client closes early on "Connection: close").
+        self._socket_file = socket_file
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._socket_file.close()
+        super().close()
+
+    def readinto(self, buffer: Any) -> int:
+        self._sock.settimeout(self._deadline.remaining())
+        return self._sock.recv_into(buffer)
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    def __init__(self, sock: socket.socket, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        self.fp = io.BufferedReader(_DeadlineReader(sock, deadline, self.fp))
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    """HTTPConnection bounded by a _Deadline."""
+
+    def __init__(self, host: str, port: Optional[int], deadline: _Deadline, **kwargs: Any) -> None:
+        super().__init__(host, port, timeout=deadline.remaining(), **kwargs)
+        self.deadline = deadline
+        self.response_class = functools.partial(_DeadlineResponse, deadline=deadline)  # type: ignore[assignment]
+
+    def connect(self) -> None:
+        self.timeout = self.deadline.remaining()
+        super().connect()
+
+    def send(self, data: Any) -> None:
+        if self.sock is None:
+            self.connect()
+        # sendall's timeout bounds the whole send (Python >= 3.5), so one setting covers it.
+        self.sock.settimeout(self.deadline.remaining())
+        super().send(data)
+
+
+class _HTTPSConnection(_HTTPConnection):
+    """_HTTPConnection over TLS, whose server name (SNI and certificate check) may differ from the host."""
+
+    default_port = http.client.HTTPS_PORT
+
+    def __init__(self, host: str, port: Optional[int], deadline: _Deadline, *, context: ssl.SSLContext,
+                 server_name: str = "") -> None:
+        super().__init__(host, port, deadline)
+        self._context = context
         self._server_name = server_name
 
     def connect(self) -> None:
-        http.client.HTTPConnection.connect(self)
+        super().connect()
+        self.sock.settimeout(self.deadline.remaining())  # the handshake
         self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name or self.host)
 
 
@@ -366,20 +443,32 @@ class HTTPExtender:
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
-        if parts.scheme == "https":
-            conn: http.client.HTTPConnection = _HTTPSConnection(
-                parts.hostname, parts.port, timeout=self.timeout,
-                context=self._tls or ssl.create_default_context(), server_name=self._server_name)
-        else:
-            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout)
+        deadline = _Deadline(self.timeout)
+        conn: Optional[_HTTPConnection] = None
+        too_long = ExtenderError(f"extender {self.url_prefix} {action}: the reply is longer than "
+                                 f"{MAX_EXTENDER_REPLY_BYTES} bytes")
         try:
+            if parts.scheme == "https":
+                conn = _HTTPSConnection(parts.hostname, parts.port, deadline,
+                                        context=self._tls or ssl.create_default_context(),
+                                        server_name=self._server_name)
+            else:
+                conn = _HTTPConnection(parts.hostname, parts.port, deadline)
             conn.request("POST", target, body=body, headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
-            data = resp.read()
-        except (OSError, http.client.HTTPException, socket.timeout) as e:
+            if resp.length is not None and resp.length > MAX_EXTENDER_REPLY_BYTES:
+                raise too_long
+            data = resp.read(MAX_EXTENDER_REPLY_BYTES + 1)
+            if len(data) > MAX_EXTENDER_REPLY_BYTES:
+                raise too_long
+        except socket.timeout as e:
+            raise ExtenderError(f"Post {url!r}: timed out: no complete reply within httpTimeout "
+                                f"({self.timeout:g}s)") from e
+        except (OSError, ValueError, http.client.HTTPException) as e:  # ValueError: a port out of range
             raise ExtenderError(f"Post {url!r}: {e}") from e
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
         if resp.status != 200:
             raise ExtenderError(f"failed {action} with extender at URL {url}, code {resp.status}")
         try:

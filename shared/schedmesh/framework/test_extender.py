@@ -6,7 +6,9 @@ TestConvertToMetaVictims, TestConvertToVictims) with the fake extenders served o
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -21,8 +23,10 @@ from schedmesh.api.load import admit_pod, load_text
 from schedmesh.api.to_json import node_to_json, pod_to_json, quantity_string
 from schedmesh.api.types import Pod
 from schedmesh.cache.snapshot import Snapshot
+from schedmesh.framework import extender as extender_module
 from schedmesh.framework.config import load_scheduler_config
-from schedmesh.framework.extender import ExtenderError, ExtenderTLSConfig, HTTPExtender, Victims
+from schedmesh.framework.extender import (MAX_EXTENDER_REPLY_BYTES, ExtenderError, ExtenderTLSConfig, HTTPExtender,
+                                          Victims)
 from schedmesh.framework.interface import (MAX_NODE_SCORE, BindPlugin, CycleState, FilterPlugin, QueueSortPlugin,
                                            ScorePlugin)
 from schedmesh.framework.profile import Extender, PluginRef, PluginSet, Profile
@@ -234,6 +238,158 @@ def test_timeout(server: ExtenderServer) -> None:
     with pytest.raises(ExtenderError, match="timed out"):
         ext.filter(make_pod(), Snapshot(make_nodes("node1")).node_info_list)
     assert time.monotonic() - t0 < 0.9
+
+
+# ---- a raw server, for replies no well-behaved HTTP server sends ----------------------------
+
+class RawServer:
+    """Accepts connections, reads each request, then lets `script(conn)` write whatever it likes."""
+
+    def __init__(self, script: Callable[[socket.socket], None]) -> None:
+        self.script = script
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.05)  # so that close() is noticed
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        conn.settimeout(10)
+        with conn:
+            try:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += conn.recv(65536)
+                match = re.search(rb"Content-Length: (\d+)", head)
+                body = head.split(b"\r\n\r\n", 1)[1]
+                while match and len(body) < int(match.group(1)):
+                    body += conn.recv(65536)
+                self.script(conn)
+            except OSError:  # the client gave up: that is what several tests want
+                pass
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+@pytest.fixture
+def raw_server():
+    servers: list[RawServer] = []
+
+    def start(script: Callable[[socket.socket], None]) -> RawServer:
+        servers.append(RawServer(script))
+        return servers[-1]
+
+    yield start
+    for srv in servers:
+        srv.close()
+
+
+def until_closed(conn: socket.socket) -> None:
+    while conn.recv(65536):
+        pass
+
+
+def trickle(data: bytes, pause: float = 0.05) -> Callable[[socket.socket], None]:
+    def script(conn: socket.socket) -> None:
+        for b in data:
+            conn.sendall(bytes([b]))
+            time.sleep(pause)
+    return script
+
+
+def hold(head: bytes) -> Callable[[socket.socket], None]:
+    def script(conn: socket.socket) -> None:
+        conn.sendall(head)
+        until_closed(conn)
+    return script
+
+
+def send(data: bytes) -> Callable[[socket.socket], None]:
+    return lambda conn: conn.sendall(data)
+
+
+def chunked(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"".join(
+        b"%x\r\n%s\r\n" % (len(body[i:i + 1000]), body[i:i + 1000]) for i in range(0, len(body), 1000)) + b"0\r\n\r\n"
+
+
+REPLY = json.dumps({"NodeNames": ["node1"]}).encode()
+
+
+@pytest.mark.parametrize("limit, script", [
+    (None, hold(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n{" % (MAX_EXTENDER_REPLY_BYTES + 1))),
+    (1000, send(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + b" " * 5000)),
+    (1000, send(chunked(b" " * 4990 + REPLY))),
+    (1000, send(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b" " * 4990 + REPLY)),
+], ids=["declared 16 MiB + 1", "declared", "chunked", "until the connection closes"])
+def test_a_reply_longer_than_the_limit_is_refused(raw_server, monkeypatch: pytest.MonkeyPatch,
+                                                  limit: Optional[int], script) -> None:
+    if limit is not None:
+        monkeypatch.setattr(extender_module, "MAX_EXTENDER_REPLY_BYTES", limit)
+    srv = raw_server(script)
+    ext = HTTPExtender(Extender(url_prefix=f"{srv.url}/ext", filter_verb="filter", node_cache_capable=True,
+                                http_timeout_seconds=2))
+    t0 = time.monotonic()
+    with pytest.raises(ExtenderError) as e:
+        ext.filter(make_pod(), Snapshot(make_nodes("node1")).node_info_list)
+    assert str(e.value) == (f"extender {srv.url}/ext filter: the reply is longer than "
+                            f"{extender_module.MAX_EXTENDER_REPLY_BYTES} bytes")
+    assert time.monotonic() - t0 < 1.5  # refused as soon as it is known, not at the timeout
+
+
+@pytest.mark.parametrize("reply", [
+    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(REPLY), REPLY),
+    chunked(REPLY),
+    b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + REPLY,
+], ids=["declared", "chunked", "until the connection closes"])
+def test_a_reply_of_exactly_the_limit_is_read(raw_server, monkeypatch: pytest.MonkeyPatch, reply: bytes) -> None:
+    monkeypatch.setattr(extender_module, "MAX_EXTENDER_REPLY_BYTES", len(REPLY))
+    srv = raw_server(send(reply))
+    ext = HTTPExtender(Extender(url_prefix=f"{srv.url}/ext", filter_verb="filter", node_cache_capable=True))
+    passed, _, _ = ext.filter(make_pod(), Snapshot(make_nodes("node1", "node2")).node_info_list)
+    assert [ni.name for ni in passed] == ["node1"]
+
+
+@pytest.mark.parametrize("script", [
+    trickle(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(REPLY), REPLY)),
+    trickle(b"HTTP/1.1 200 OK\r\n" + b"X-Padding: 0\r\n" * 20),
+    lambda conn: (conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(REPLY)),
+                  trickle(REPLY)(conn)),
+], ids=["everything a byte at a time", "endless headers", "the body a byte at a time"])
+def test_the_timeout_bounds_the_whole_call(raw_server, script) -> None:
+    """httpTimeout is Go's http.Client.Timeout: a server that keeps sending, slowly, cannot
+    stretch the call past it (a per-read timeout never fires on a byte every 50 ms)."""
+    srv = raw_server(script)
+    ext = HTTPExtender(Extender(url_prefix=f"{srv.url}/ext", filter_verb="filter", node_cache_capable=True,
+                                http_timeout_seconds=0.4))
+    t0 = time.monotonic()
+    with pytest.raises(ExtenderError, match=r"timed out: no complete reply within httpTimeout \(0.4s\)"):
+        ext.filter(make_pod(), Snapshot(make_nodes("node1")).node_info_list)
+    assert time.monotonic() - t0 < 1.2
+
+
+def test_the_timeout_bounds_a_tls_handshake(raw_server) -> None:
+    srv = raw_server(until_closed)  # accepts, never answers the ClientHello
+    ext = HTTPExtender(Extender(url_prefix=srv.url.replace("http:", "https:") + "/ext", filter_verb="filter",
+                                enable_https=True, http_timeout_seconds=0.3))
+    t0 = time.monotonic()
+    with pytest.raises(ExtenderError, match="timed out"):
+        ext.filter(make_pod(), Snapshot(make_nodes("node1")).node_info_list)
+    assert time.monotonic() - t0 < 1.1
 
 
 def test_url_prefix_trailing_slash_and_query(server: ExtenderServer) -> None:
