@@ -1,0 +1,364 @@
+"""Sampling (percentageOfNodesToScore below 100) across shards decides like one process.
+
+kube's adaptive default finds numFeasibleNodesToFind = max(100, N * (50 - N/125) / 100)
+feasible nodes, walking the node order from a start index that rotates by the number of
+nodes processed. Here N = 600 nodes, so 46 % of them (276) are enough and the search stops
+early. The mesh (the queue-manager's `ShardedEvaluator` fanning Filter out to filter-worker
+processes and raw Score to score-worker processes, every worker a ClusterCache replica
+following the broker) must make, pod for pod, the decisions of the in-process cycle
+(`SchedulingAlgorithm` with its LocalEvaluator): the same node, the same number of feasible
+and of evaluated nodes, the same FailedScheduling message, the same next start index.
+
+The clusters are scheduler_perf's SchedulingBasic and the Mixed workload, with some nodes
+filled up so that Filter fails on them, and a few pending pods that fit nowhere or whose
+node affinity narrows the candidates at PreFilter (a shorter node order to rotate over).
+Every chosen pod is assumed on its node on both sides before the next pod; the mesh sends
+its assumed pods in the ClusterView, as the queue-manager does.
+
+One edge case is a known discrepancy (a strict xfail): when the search finds exactly
+numFeasibleNodesToFind feasible nodes with failing nodes after the last of them, the
+in-process walk counts those failing nodes as evaluated if they share its chunk, and the
+mesh (which stops at that last feasible node, the rule both sides document) does not.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import grpc
+import pytest
+
+from schedmesh.api import convert
+from schedmesh.api.types import (Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement,
+                                 NodeSelectorTerm, Pod)
+from schedmesh.bench.workloads import make_pod, mixed, scheduling_basic
+from schedmesh.bus import EventProducer
+from schedmesh.cache.snapshot import Snapshot
+from schedmesh.framework.interface import CycleState
+from schedmesh.framework.profile import default_profile
+from schedmesh.framework.runtime import Framework
+from schedmesh.mesh.cluster_cache import STATE_TOPICS, ClusterCache
+from schedmesh.mesh.fanout import ShardedEvaluator
+from schedmesh.mesh.records import node_record, pod_batch_record, pod_message, publish
+from schedmesh.mesh.runtime import CacheFollower
+from schedmesh.scheduling.cycle import FitError, SchedulingAlgorithm
+from schedmesh.v1 import scheduling_pb2 as spb
+
+from tests.mesh_harness import ServiceProc, free_port, kafka
+
+N_NODES = 600
+TO_FIND = 276  # 600 * (50 - 600 // 125) // 100: fewer than N_NODES, so sampling matters
+SHARD_COUNTS = (1, 2, 4)
+
+
+# ---- the clusters ------------------------------------------------------------------------------
+@dataclass
+class Cluster:
+    nodes: list[Node]
+    bound: list[Pod]  # pods already on nodes
+    pending: list[Pod]  # scheduled in this order
+    prefix: str
+
+
+def _isolate(prefix: str, nodes, bound, pending) -> Cluster:
+    """Give the cluster's nodes and pods their own names: the broker and the worker replicas
+    outlive a cluster (its records are deleted afterwards), and a replica keeps the pods a
+    client assumed on a deleted node until a node of that name comes back."""
+    for n in nodes:
+        n.meta.name = prefix + n.meta.name
+        n.meta.labels["kubernetes.io/hostname"] = n.meta.name
+    for p in bound + pending:
+        p.meta.uid = prefix + p.meta.uid
+        if p.node_name:
+            p.node_name = prefix + p.node_name
+    return Cluster(nodes, bound, pending, prefix)
+
+
+def _fill(nodes, rng: random.Random, fraction: float) -> list[Pod]:
+    """3.9 cpu of 4 on a fraction of the nodes: one more 100m pod fills such a node."""
+    return [make_pod(f"filler-{n.meta.name}", cpu="3900m", node_name=n.meta.name)
+            for n in nodes if rng.random() < fraction]
+
+
+def _pinned(name: str, node_names: list[str], cpu: str = "100m") -> Pod:
+    """A pod whose required node affinity names its nodes (metadata.name): NodeAffinity's
+    PreFilter narrows the candidates to them. (A matchFields value list has one element;
+    the terms are ORed.)"""
+    p = make_pod(name, cpu=cpu)
+    p.affinity = Affinity(node_affinity=NodeAffinity(NodeSelector([NodeSelectorTerm(
+        match_fields=[NodeSelectorRequirement("metadata.name", "In", [n])]) for n in node_names])))
+    return p
+
+
+def _with_odd_pods(c: Cluster, fillers: list[Pod]) -> Cluster:
+    """Pods that fit nowhere (FailedScheduling) or only on a few named nodes, spread through
+    the pending list."""
+    nowhere = make_pod("nowhere")
+    nowhere.node_selector = {"schedmesh.test/nowhere": "true"}
+    odd = [
+        (5, make_pod("huge", cpu="5")),  # more cpu than any node has
+        (17, _pinned("pinned", [c.nodes[i].meta.name for i in (7, 300, 551)])),
+        (33, nowhere),
+        # Filled nodes only, with a pod too big for what is left: unschedulable after PreFilter narrowed.
+        (48, _pinned("pinned-full", [p.node_name for p in fillers[:3]], cpu="1")),
+        (60, make_pod("huge-2", cpu="5")),
+    ]
+    for i, p in odd:
+        p.meta.uid = c.prefix + p.meta.uid
+        c.pending.insert(i, p)
+    return c
+
+
+def scheduling_basic_cluster() -> Cluster:
+    nodes, init, pending = scheduling_basic(N_NODES, 200, 60, seed=11)
+    fillers = _fill(nodes, random.Random(12), 0.3)
+    return _with_odd_pods(_isolate("sb-", nodes, init + fillers, pending), fillers)
+
+
+def mixed_cluster() -> Cluster:
+    nodes, init, pending = mixed(N_NODES, 200, 60, seed=21)
+    fillers = _fill(nodes, random.Random(22), 0.3)
+    return _with_odd_pods(_isolate("mx-", nodes, init + fillers, pending), fillers)
+
+
+def exact_quota_cluster() -> Cluster:
+    """SchedulingBasic nodes of which exactly numFeasibleNodesToFind (276) have room, none of
+    them among the last 10 of the node order: the 276th feasible node is the last one found,
+    and 10 nodes that fail Filter follow it."""
+    nodes, _, pending = scheduling_basic(N_NODES, 0, 3)
+    order = Snapshot(nodes).cols.names
+    full = set(order[-10:]) | set(random.Random(31).sample(order[:-10], N_NODES - TO_FIND - 10))
+    fillers = [make_pod(f"filler-{name}", cpu="4", node_name=name) for name in sorted(full)]
+    return _isolate("eq-", nodes, fillers, pending)
+
+
+CLUSTERS = {"SchedulingBasic": scheduling_basic_cluster, "Mixed": mixed_cluster}
+EDGE_CLUSTERS = {"ExactQuota": exact_quota_cluster}
+
+
+# ---- one decision ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Decision:
+    pod: str
+    node: Optional[str]  # None: FailedScheduling
+    feasible: int
+    evaluated: int  # feasible nodes + nodes with a diagnosed failure
+    message: str  # the FailedScheduling message
+    unschedulable_plugins: tuple[str, ...]
+    next_start: int  # the start index after this pod
+
+
+def decide(algo: SchedulingAlgorithm, fw: Framework, snapshot: Snapshot, pod: Pod) -> Decision:
+    """One attempt as the queue-manager makes it (sampling on, no explain-style options)."""
+    try:
+        res = algo.schedule_pod(fw, CycleState(), pod, snapshot)
+    except FitError as e:
+        d = e.diagnosis
+        return Decision(pod.name, None, 0, len(d.node_to_status), e.message(),
+                        tuple(sorted(d.unschedulable_plugins)), algo.next_start_node_index)
+    return Decision(pod.name, res.suggested_host, res.feasible_nodes, res.evaluated_nodes, "", (),
+                    algo.next_start_node_index)
+
+
+def in_process_decisions(c: Cluster) -> tuple[list[str], list[Decision]]:
+    snapshot = Snapshot(c.nodes, c.bound)
+    fw = Framework(default_profile(), snapshot_fn=lambda: snapshot)
+    algo = SchedulingAlgorithm(tie_break="name")
+    out = []
+    for pod in c.pending:
+        d = decide(algo, fw, snapshot, pod)
+        if d.node is not None:
+            snapshot.add_pod(pod, d.node)  # assume
+        out.append(d)
+    return list(snapshot.cols.names), out
+
+
+def first_difference(want: list[Decision], got: list[Decision]) -> str:
+    for i, (w, g) in enumerate(zip(want, got)):
+        if w != g:
+            return f"pod #{i} {w.pod}:\n  in-process {w}\n  mesh       {g}"
+    return f"{len(want)} decisions in-process, {len(got)} in the mesh"
+
+
+# ---- the mesh ----------------------------------------------------------------------------------
+@dataclass
+class Mesh:
+    bootstrap: str
+    filter_targets: dict[int, list[str]]
+    score_targets: dict[int, list[str]]
+
+
+async def _publish(bootstrap: str, records: list, ordered: bool = True) -> None:
+    async with EventProducer(bootstrap) as producer:
+        await producer.ensure_topics(STATE_TOPICS)
+        if ordered:  # one record after the other: the node order is the order nodes arrive
+            await publish(producer, records)
+        else:
+            await asyncio.gather(*(producer.send(t, v, key=k) for t, k, v in records))
+        await producer.flush()
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory) -> Iterator[Mesh]:
+    """The broker and, for every shard count, its filter and score workers: started once."""
+    logs: Path = tmp_path_factory.mktemp("mesh-sampling-logs")
+    with kafka() as bootstrap:
+        asyncio.run(_publish(bootstrap, []))  # the topics exist before the workers subscribe
+        # Nothing is published while a test runs (the workers catch up with the records a
+        # ClusterView names before they answer), so idle workers may poll the broker slowly:
+        # fourteen of them at the default 10 ms would keep two cores busy.
+        env = {"SCHEDMESH_KAFKA": bootstrap, "OTEL_TRACES_EXPORTER": "none", "SCHEDMESH_FETCH_MAX_WAIT_MS": "500"}
+        procs: list[ServiceProc] = []
+        filters: dict[int, list[str]] = {}
+        scores: dict[int, list[str]] = {}
+        try:
+            for shards in SHARD_COUNTS:
+                for kind, targets in (("filter", filters), ("score", scores)):
+                    for i in range(shards):
+                        p = ServiceProc(f"services.{kind}_worker", ["--shard", str(i), "--shards", str(shards)],
+                                        free_port(), env, logs)
+                        procs.append(p.start())
+                        targets.setdefault(shards, []).append(p.target)
+            for p in procs:
+                p.wait_serving(timeout=120)
+            yield Mesh(bootstrap, filters, scores)
+        finally:
+            for p in procs:  # all at once: each takes a moment to shut down
+                if p.proc is not None and p.proc.poll() is None:
+                    p.proc.terminate()
+            for p in procs:
+                p.stop()
+
+
+@dataclass
+class Published:
+    name: str
+    cluster: Cluster
+    node_order: list[str]
+    want: list[Decision]
+
+
+@pytest.fixture(scope="module")
+def published(request, mesh: Mesh) -> Iterator[Published]:
+    """One cluster on the broker (nodes in order on the single-partition nodes topic, the
+    bound pods as one batch) and its in-process decisions; deleted again afterwards."""
+    name = request.param
+    c = {**CLUSTERS, **EDGE_CLUSTERS}[name]()
+    bound = [pod_message(p) for p in c.bound]
+    asyncio.run(_publish(mesh.bootstrap, [node_record(n) for n in c.nodes] + [pod_batch_record(bound)]))
+    order, want = in_process_decisions(c)
+    try:
+        yield Published(name, c, order, want)
+    finally:
+        gone = [pod_message(p, deleted=True) for p in c.bound]
+        asyncio.run(_publish(mesh.bootstrap, [pod_batch_record(gone)] +
+                             [node_record(n, deleted=True) for n in c.nodes], ordered=False))
+
+
+def _wait_caught_up(evaluator: ShardedEvaluator, view: spb.ClusterView, pod: Pod, node: str,
+                    timeout: float = 60.0) -> None:
+    """Every worker has consumed the records the view names (a worker answers UNAVAILABLE
+    while it has not): the first real request then does not race the replicas' replay."""
+    pb = convert.pod_to_proto(pod)
+    calls = [(s.Filter, spb.FilterRequest(pod=pb, scheduler_name="default-scheduler", view=view, evaluate_all=True))
+             for s in evaluator.filter_stubs]
+    calls += [(s.Score, spb.ScoreRequest(pod=pb, scheduler_name="default-scheduler", view=view, feasible=[node]))
+              for s in evaluator.score_stubs]
+    deadline = time.monotonic() + timeout
+    for call, req in calls:
+        while True:
+            try:
+                call(req, timeout=10)
+                break
+            except grpc.RpcError as e:
+                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) \
+                        or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)  # a worker waits up to 5 s for the offsets before it says so
+
+
+def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list[str]], client: str,
+                   pending: list[Pod]) -> list[Decision]:
+    assumed: list[spb.PodAssignment] = []  # what the queue-manager has assumed, in order
+
+    def view() -> spb.ClusterView:
+        return spb.ClusterView(client_id=client, offsets=cache.view_offsets(), assumed=assumed)
+
+    evaluator = ShardedEvaluator(*evaluator_targets, view)
+    try:
+        with cache.lock:
+            first_node = cache.snapshot.cols.names[0]
+        _wait_caught_up(evaluator, view(), pending[0], first_node)
+        fw = Framework(default_profile(), snapshot_fn=lambda: cache.snapshot)
+        algo = SchedulingAlgorithm(tie_break="name", evaluator=evaluator)
+        out = []
+        for pod in pending:
+            with cache.lock:
+                d = decide(algo, fw, cache.snapshot, pod)
+                if d.node is not None:  # assume, here and (through the view) on the workers
+                    cache.snapshot.add_pod(pod, d.node)
+                    assumed.append(spb.PodAssignment(pod=convert.pod_to_proto(pod), node_name=d.node))
+            out.append(d)
+        return out
+    finally:
+        evaluator.close()
+
+
+async def run_mesh(published: Published, shards: int, mesh: Mesh) -> list[Decision]:
+    client = f"test-qm-{published.name}-{shards}"
+    cache = ClusterCache()
+    follower = CacheFollower(mesh.bootstrap, cache, client_id=client)
+    await follower.start()  # replays everything published so far; nothing is published meanwhile
+    try:
+        with cache.lock:
+            assert list(cache.snapshot.cols.names) == published.node_order, "the replica orders the nodes differently"
+        return await asyncio.to_thread(mesh_decisions, cache,
+                                       (mesh.filter_targets[shards], mesh.score_targets[shards]),
+                                       client, published.cluster.pending)
+    finally:
+        await follower.stop()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("shards", SHARD_COUNTS)
+@pytest.mark.parametrize("published", list(CLUSTERS), indirect=True)
+async def test_sharded_sampling_decides_like_one_process(published: Published, shards: int, mesh: Mesh) -> None:
+    want = published.want
+    # The scenario exercises what it is meant to: the search stopped early for some pods,
+    # the start index moved, Filter failed on some nodes, and some pods fit nowhere.
+    assert any(d.feasible == TO_FIND and d.evaluated < N_NODES for d in want)
+    assert len({d.next_start for d in want}) > len(want) // 2
+    assert any(d.node is not None and d.evaluated > d.feasible for d in want)
+    assert any(d.node is None and d.evaluated == N_NODES for d in want)
+    assert any(d.node is None and d.evaluated < N_NODES for d in want)  # narrowed at PreFilter
+
+    got = await run_mesh(published, shards, mesh)
+    assert got == want, f"{shards} shard(s) decided differently; first difference at {first_difference(want, got)}"
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "known discrepancy: SchedulingAlgorithm.filter_in_order keeps the failures after the "
+    "to_find-th feasible node when the chunk holding it has exactly the nodes still needed "
+    "(`len(feasible) > need`), the mesh merge never does"))
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("shards", SHARD_COUNTS)
+@pytest.mark.parametrize("published", list(EDGE_CLUSTERS), indirect=True)
+async def test_exact_quota_counts_evaluated_nodes_alike(published: Published, shards: int, mesh: Mesh) -> None:
+    """The first search finds its 276th and last feasible node with failing nodes after it.
+    The mesh stops there (fewer than 600 nodes evaluated, the next search starts there), as
+    the fan-out's rule says; in one process the last chunk of the walk (nodes 552 to 599)
+    holds exactly the feasible nodes still needed and is counted whole (600 evaluated, the
+    start index back to 0)."""
+    c = published.cluster
+    snapshot = Snapshot(c.nodes, c.bound)
+    res = SchedulingAlgorithm().schedule_pod(Framework(default_profile(), snapshot_fn=lambda: snapshot),
+                                             CycleState(), c.pending[0], snapshot, evaluate_all=True)
+    if res.feasible_nodes != TO_FIND or snapshot.cols.names[-1] not in res.diagnosis.node_to_status:
+        pytest.fail("the cluster does not set up the edge case")  # not an AssertionError: no xfail
+    want = published.want
+    got = await run_mesh(published, shards, mesh)
+    assert got == want, f"{shards} shard(s) decided differently; first difference at {first_difference(want, got)}"
