@@ -187,6 +187,7 @@ def pod_to_proto(p: Pod, out: Optional[pb.Pod] = None) -> pb.Pod:
     out.phase, out.nominated_node_name, out.start_time = p.phase, p.nominated_node_name, _t(p.start_time)
     for c in p.conditions:
         out.conditions.add(type=c.type, status=c.status, reason=c.reason, message=c.message)
+    out.status_reason, out.status_message = p.status_reason, p.status_message
     return out
 
 
@@ -224,6 +225,7 @@ def pod_from_proto(m: pb.Pod) -> Pod:
         volumes=json.loads(m.volumes_json) if m.volumes_json else [],
         phase=m.phase or "Pending", nominated_node_name=m.nominated_node_name, start_time=_tf(m.start_time),
         conditions=[PodCondition(c.type, c.status, c.reason, c.message) for c in m.conditions],
+        status_reason=m.status_reason, status_message=m.status_message,
     )
 
 

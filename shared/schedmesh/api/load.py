@@ -966,6 +966,8 @@ def parse_pod(doc: _Doc, d: dict) -> Pod:
         conditions=[PodCondition(type=str(c.get("type", "")), status=str(c.get("status", "")),
                                  reason=str(c.get("reason", "")), message=str(c.get("message", "")))
                     for c in doc.lst(status.get("conditions"), "status.conditions") if isinstance(c, dict)],
+        status_reason=doc.str_(status.get("reason"), "status.reason"),
+        status_message=doc.str_(status.get("message"), "status.message"),
     )
     if pod.preemption_policy and pod.preemption_policy not in (PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER):
         raise doc.fail("spec.preemptionPolicy", f"{pod.preemption_policy!r} is not one of PreemptLowerPriority, Never")

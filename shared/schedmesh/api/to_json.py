@@ -199,6 +199,8 @@ def pod_to_json(p: Pod) -> dict[str, Any]:
     status: dict[str, Any] = {}
     _put(status, "phase", p.phase)
     _put(status, "nominatedNodeName", p.nominated_node_name)
+    _put(status, "reason", p.status_reason)
+    _put(status, "message", p.status_message)
     _put(status, "startTime", rfc3339(p.start_time))
     _put(status, "conditions", [_without_empty({"type": c.type, "status": c.status, "reason": c.reason,
                                                 "message": c.message}) for c in p.conditions])

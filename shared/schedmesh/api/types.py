@@ -194,6 +194,9 @@ class Pod:
     nominated_node_name: str = ""
     start_time: Optional[float] = None
     conditions: list[PodCondition] = field(default_factory=list)
+    # status.reason / status.message: why a pod ended (e.g. "Evicted", "OutOfcpu") as kubelets write it.
+    status_reason: str = ""
+    status_message: str = ""
 
     @property
     def name(self) -> str:

@@ -39,7 +39,7 @@ from schedmesh.cache.node_info import NodeInfo
 from schedmesh.mesh.binder import event_message, event_record
 from schedmesh.mesh.cluster_cache import TOPIC_EVENTS, TOPIC_NODES, TOPIC_PODS, is_terminal
 from schedmesh.mesh.nodepool import PoolError, load_pool_file, ready_condition
-from schedmesh.mesh.records import (apply_update, event_batch_record, expand, node_record, pod_batch_record,
+from schedmesh.mesh.records import (apply_node_update, apply_update, event_batch_record, expand, node_record, pod_batch_record,
                                     pod_record, status_update)
 from schedmesh.mesh.runtime import ServiceProcess
 from schedmesh.telemetry.propagation import extract_kafka_headers
@@ -257,7 +257,8 @@ class KubeletAgent:
                 for rec in expand(events_pb2.PodRecord.FromString(r.value)):
                     await self._on_pod_record(r, rec)
             elif r.topic == TOPIC_NODES:
-                self._on_node(events_pb2.NodeRecord.FromString(r.value))
+                for rec in expand(events_pb2.NodeRecord.FromString(r.value)):
+                    self._on_node(rec)
         except Exception:  # noqa: BLE001 - one bad record must not stop the agent
             log.exception("cannot handle %s/%d@%d", r.topic, r.partition, r.offset)
 
@@ -295,10 +296,11 @@ class KubeletAgent:
 
     def _on_node(self, rec: events_pb2.NodeRecord) -> None:
         """Someone else changed one of our nodes (taint, cordon): keep that, as a kubelet does."""
-        sn = self.nodes.get(rec.node.metadata.name)
+        sn = self.nodes.get(rec.update.name if rec.HasField("update") else rec.node.metadata.name)
         if sn is None or rec.source == self.name or rec.deleted:
             return
-        other = convert.node_from_proto(rec.node)
+        other = (apply_node_update(sn.node, rec.update) if rec.HasField("update")
+                 else convert.node_from_proto(rec.node))
         if other.taints != sn.node.taints or other.unschedulable != sn.node.unschedulable:
             sn.set_node(dataclasses.replace(sn.node, taints=list(other.taints), unschedulable=other.unschedulable))
             log.info("node %s changed by %s: taints=%s unschedulable=%s", sn.name, rec.source or "?",

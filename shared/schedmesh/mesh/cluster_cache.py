@@ -19,7 +19,7 @@ from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NA
                                   PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES,
                                   STATE_TOPICS)
 from schedmesh.cache.snapshot import Snapshot
-from schedmesh.mesh.records import apply_update, expand
+from schedmesh.mesh.records import apply_node_update, apply_update, expand
 from schedmesh.v1 import events_pb2
 
 
@@ -53,8 +53,13 @@ class ClusterCache:
     def apply(self, topic: str, value: bytes, offset: int, partition: int = 0) -> None:
         with self.lock:
             if topic == TOPIC_NODES:
-                rec = events_pb2.NodeRecord.FromString(value)
-                self._apply_node(convert.node_from_proto(rec.node), rec.deleted)
+                for rec in expand(events_pb2.NodeRecord.FromString(value)):
+                    if rec.HasField("update"):
+                        ni = self.snapshot.get(rec.update.name)
+                        if ni is not None and ni.node is not None:  # a delta for a deleted node is moot
+                            self._apply_node(apply_node_update(ni.node, rec.update), False)
+                    else:
+                        self._apply_node(convert.node_from_proto(rec.node), rec.deleted)
             elif topic == TOPIC_PODS:
                 for rec in expand(events_pb2.PodRecord.FromString(value)):
                     if rec.HasField("update"):

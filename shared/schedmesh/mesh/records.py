@@ -12,7 +12,8 @@ from typing import Iterable, Sequence, TypeVar
 
 from schedmesh.api import convert
 from schedmesh.api.load import Manifests
-from schedmesh.api.types import Namespace, Node, Pod, PodCondition, PodDisruptionBudget, PriorityClass
+from schedmesh.api.types import (Namespace, Node, NodeCondition, Pod, PodCondition, PodDisruptionBudget,
+                                 PriorityClass, Taint)
 from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
                                   PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES)
 from schedmesh.v1 import events_pb2
@@ -97,6 +98,24 @@ def status_update(pod: Pod, source: str = "") -> events_pb2.PodRecord:
     return rec
 
 
+def nomination_update(pod: Pod, node_name: str, source: str = "") -> events_pb2.PodRecord:
+    """status.nominatedNodeName set by preemption (node_name="" clears it)."""
+    rec = events_pb2.PodRecord(source=source)
+    rec.update.uid = pod.uid
+    if node_name:
+        rec.update.nominated_node_name = node_name
+    else:
+        rec.update.clear_nominated_node_name = True
+    return rec
+
+
+def deletion_update(pod: Pod, when: float, source: str = "") -> events_pb2.PodRecord:
+    """A graceful deletion request (metadata.deletionTimestamp); the pod's kubelet ends it."""
+    rec = events_pb2.PodRecord(source=source)
+    rec.update.uid, rec.update.deletion_timestamp = pod.uid, when
+    return rec
+
+
 def apply_update(pod: Pod, u: events_pb2.PodUpdate) -> Pod:
     changes: dict = {}
     conditions = [PodCondition(c.type, c.status, c.reason, c.message) for c in u.conditions]
@@ -111,7 +130,47 @@ def apply_update(pod: Pod, u: events_pb2.PodUpdate) -> Pod:
         changes["start_time"] = u.start_time
     if conditions:
         changes["conditions"] = conditions
+    if u.nominated_node_name or u.clear_nominated_node_name:
+        changes["nominated_node_name"] = u.nominated_node_name
+    if u.status_reason:
+        changes["status_reason"] = u.status_reason
+    if u.status_message:
+        changes["status_message"] = u.status_message
+    if u.deletion_timestamp and pod.meta.deletion_timestamp is None:
+        changes["meta"] = dataclasses.replace(pod.meta, deletion_timestamp=u.deletion_timestamp)
     return dataclasses.replace(pod, **changes)
+
+
+def node_update(name: str, *, conditions: Sequence[NodeCondition] = (), taints: Sequence[Taint] | None = None,
+                unschedulable: bool | None = None, source: str = "") -> tuple[str, str, bytes]:
+    """A node delta from one owner (see NodeUpdate in events.proto)."""
+    rec = events_pb2.NodeRecord(source=source)
+    u = rec.update
+    u.name = name
+    for c in conditions:
+        u.conditions.add(type=c.type, status=c.status, reason=c.reason, message=c.message,
+                         last_heartbeat_time=c.last_heartbeat_time or 0.0)
+    if taints is not None:
+        u.set_taints = True
+        for t in taints:
+            u.taints.add(key=t.key, value=t.value, effect=t.effect, time_added=t.time_added or 0.0)
+    if unschedulable is not None:
+        u.unschedulable = unschedulable
+    return TOPIC_NODES, name, rec.SerializeToString()
+
+
+def apply_node_update(node: Node, u: events_pb2.NodeUpdate) -> Node:
+    changes: dict = {}
+    if len(u.conditions):
+        merged = {c.type: c for c in node.conditions}
+        for c in u.conditions:
+            merged[c.type] = NodeCondition(c.type, c.status, c.reason, c.message, c.last_heartbeat_time or None)
+        changes["conditions"] = list(merged.values())
+    if u.set_taints:
+        changes["taints"] = [Taint(t.key, t.effect, t.value, t.time_added or None) for t in u.taints]
+    if u.HasField("unschedulable"):
+        changes["unschedulable"] = u.unschedulable
+    return dataclasses.replace(node, **changes) if changes else node
 
 
 async def publish(producer, records: Iterable[tuple[str, str, bytes]]) -> None:

@@ -1,0 +1,59 @@
+"""Pod and node deltas as the cluster cache applies them."""
+from schedmesh.api.types import Node, NodeCondition, ObjectMeta, Pod, Taint
+from schedmesh.mesh import records
+from schedmesh.mesh.cluster_cache import ClusterCache
+from schedmesh.v1 import events_pb2
+
+
+def _node(name="n1", **kw) -> Node:
+    return Node(meta=ObjectMeta(name=name), allocatable={"cpu": 4000}, **kw)
+
+
+def _apply(cache: ClusterCache, rec, offset: int) -> None:
+    topic, _key, value = rec
+    cache.apply(topic, value, offset)
+
+
+def test_node_update_merges_conditions_by_type_and_keeps_other_fields():
+    cache = ClusterCache()
+    _apply(cache, records.node_record(_node(taints=[Taint("a", "NoSchedule")],
+                                            conditions=[NodeCondition("Ready", "True")])), 0)
+    _apply(cache, records.node_update("n1", conditions=[NodeCondition("MemoryPressure", "True", "KubeletHasInsufficientMemory")]), 1)
+    node = cache.snapshot.get("n1").node
+    assert {c.type: c.status for c in node.conditions} == {"Ready": "True", "MemoryPressure": "True"}
+    assert [str(t) for t in node.taints] == ["a:NoSchedule"]  # untouched by a conditions-only delta
+    assert node.unschedulable is False
+
+
+def test_node_update_replaces_taints_and_sets_unschedulable():
+    cache = ClusterCache()
+    _apply(cache, records.node_record(_node(taints=[Taint("a", "NoSchedule")])), 0)
+    _apply(cache, records.node_update("n1", taints=[Taint("node.kubernetes.io/unreachable", "NoExecute", time_added=5.0)]), 1)
+    _apply(cache, records.node_update("n1", unschedulable=True), 2)
+    node = cache.snapshot.get("n1").node
+    assert [(t.key, t.effect, t.time_added) for t in node.taints] == [("node.kubernetes.io/unreachable", "NoExecute", 5.0)]
+    assert node.unschedulable is True
+    _apply(cache, records.node_update("n1", taints=[], unschedulable=False), 3)
+    node = cache.snapshot.get("n1").node
+    assert node.taints == [] and node.unschedulable is False
+
+
+def test_node_update_for_an_unknown_node_is_ignored():
+    cache = ClusterCache()
+    _apply(cache, records.node_update("ghost", unschedulable=True), 0)
+    assert cache.snapshot.get("ghost") is None
+
+
+def test_pod_deltas_nomination_deletion_and_status_reason():
+    pod = Pod(meta=ObjectMeta(name="p", namespace="default", uid="u1"))
+    p = records.apply_update(pod, records.nomination_update(pod, "n1").update)
+    assert p.nominated_node_name == "n1"
+    p = records.apply_update(p, records.nomination_update(pod, "").update)
+    assert p.nominated_node_name == ""
+    p = records.apply_update(p, records.deletion_update(pod, 12.5).update)
+    assert p.meta.deletion_timestamp == 12.5
+    p = records.apply_update(p, records.deletion_update(pod, 99.0).update)
+    assert p.meta.deletion_timestamp == 12.5  # the first request's time stays, as the API server keeps it
+    u = events_pb2.PodUpdate(uid="u1", phase="Failed", status_reason="Evicted", status_message="The node was low on resource: memory.")
+    p = records.apply_update(p, u)
+    assert (p.phase, p.status_reason, p.status_message) == ("Failed", "Evicted", "The node was low on resource: memory.")
