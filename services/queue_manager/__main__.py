@@ -5,7 +5,7 @@ import argparse
 import asyncio
 import os
 
-from schedmesh.mesh.queue_manager import QueueManagerConfig, serve
+from schedmesh.mesh.scheduler import QueueManagerConfig, serve
 
 
 def _targets(s: str | None) -> list[str]:
@@ -34,12 +34,7 @@ def main() -> None:
     cfg = QueueManagerConfig(filter_workers=filters, score_workers=scores, binder=a.binder, client_id=a.client_id,
                              tie_break=a.tie_break)
     if a.config:
-        from schedmesh.framework.config import load_scheduler_config
-        sc = load_scheduler_config(a.config)
-        cfg.profiles = sc.profiles
-        cfg.percentage_of_nodes_to_score = sc.percentage_of_nodes_to_score
-        cfg.pod_initial_backoff_seconds = float(sc.pod_initial_backoff_seconds)
-        cfg.pod_max_backoff_seconds = float(sc.pod_max_backoff_seconds)
+        cfg.use_scheduler_config(a.config)
     asyncio.run(serve(cfg, a.bootstrap, a.port))
 
 

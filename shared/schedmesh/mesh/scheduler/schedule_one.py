@@ -1,0 +1,217 @@
+"""kube's scheduleOne: pop a pod, run the scheduling cycle (Filter and Score in this process or
+fanned out to the node shards), assume it on the chosen node, Reserve and Permit, then hand it
+to the binding cycle (schedmesh.mesh.scheduler.binding_cycle)."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Any, Optional
+
+from opentelemetry import trace
+
+from schedmesh.api.types import Pod, PodCondition
+from schedmesh.framework.interface import CycleState, PluginError
+from schedmesh.mesh import records
+from schedmesh.mesh.fanout import ShardedEvaluator
+from schedmesh.queue.queued_pod_info import QueuedPodInfo
+from schedmesh.queue.scheduling_queue import QueueError
+from schedmesh.scheduling.cycle import FitError, NoNodesAvailableError, run_post_filter
+from schedmesh.telemetry import inject_grpc_metadata, metrics
+from schedmesh.mesh.scheduler.state import AssumedPod, PodNotes, trace_id_of
+
+log = logging.getLogger("schedmesh.queue_manager")
+tracer = trace.get_tracer("schedmesh.queue_manager")
+
+def trace_method(obj: Any, method: str, span_name: str) -> None:
+    """Wrap one framework phase of this instance in a span."""
+    inner = getattr(obj, method)
+
+    def traced(*a, **kw):
+        with tracer.start_as_current_span(span_name):
+            return inner(*a, **kw)
+    setattr(obj, method, traced)
+
+
+class TracedEvaluator(ShardedEvaluator):
+    """The fan-out with `filter` / `score` spans around each phase."""
+
+    filter_seconds = 0.0
+    score_seconds = 0.0
+
+    def filter(self, *a, **kw):
+        t0 = time.perf_counter()
+        try:
+            with tracer.start_as_current_span("filter"):
+                return super().filter(*a, **kw)
+        finally:
+            self.filter_seconds += time.perf_counter() - t0
+
+    def raw_scores(self, *a, **kw):
+        t0 = time.perf_counter()
+        try:
+            with tracer.start_as_current_span("score"):
+                return super().raw_scores(*a, **kw)
+        finally:
+            self.score_seconds += time.perf_counter() - t0
+
+
+
+class ScheduleOne:
+    """Methods of QueueManager (kube: schedule_one.go's scheduling cycle)."""
+
+    def _schedule_loop(self) -> None:
+        self.loop_running.set()
+        while not self._stop.is_set():
+            qpi = self.queue.try_pop()
+            if qpi is None:
+                if self.queue.closed:
+                    return
+                self._stop.wait(0.02)
+                continue
+            t0 = time.perf_counter()
+            try:
+                result = self.schedule_one(qpi)
+                took = time.perf_counter() - t0
+                self.cycle_seconds += took
+                if result:
+                    metrics.observe_attempt(result, qpi.pod.scheduler_name, took)
+                if self.attempts % 100 == 0:
+                    metrics.set_pending_pods(**self.queue.pending_counts())
+                    log.info("%d attempts, mean attempt %.1f ms (filter fan-out %.1f ms, score fan-out %.1f ms); %s",
+                             self.attempts, 1000 * self.cycle_seconds / self.attempts,
+                             1000 * self.evaluator.filter_seconds / self.attempts,
+                             1000 * self.evaluator.score_seconds / self.attempts, self.queue.pending_pods_summary())
+            except Exception:
+                log.exception("scheduling %s failed unexpectedly", qpi.key)
+                metrics.observe_attempt(metrics.ERROR, qpi.pod.scheduler_name, time.perf_counter() - t0)
+                self._requeue_error(qpi, self.queue.scheduling_cycle())
+
+    def schedule_one(self, qpi: QueuedPodInfo) -> str:
+        """One attempt; returns its result as kube's metrics label it ("" when skipped)."""
+        pod = qpi.pod
+        self.attempts += 1
+        cycle = self.queue.scheduling_cycle()
+        fw = self.frameworks.get(pod.scheduler_name)
+        with self.cache.lock:
+            current = self.cache.pods.get(pod.uid)
+        if fw is None or current is None or current.node_name or current.meta.deletion_timestamp is not None:
+            self.queue.done(pod.uid)  # deleted, bound elsewhere, or being deleted: skip
+            return ""
+        root = tracer.start_span("schedule_pod", attributes={"pod": pod.key, "attempt": qpi.attempts})
+        trace_id = trace_id_of(root)
+        ctx = trace.set_span_in_context(root)
+        handed_off = False
+        try:
+            with trace.use_span(root, end_on_exit=False):
+                start_ns = int(qpi.timestamp * 1e9) if qpi.timestamp else None
+                tracer.start_span("queue_wait", context=ctx, start_time=start_ns).end()
+                state = CycleState()
+                fit_err: Optional[FitError] = None
+                with self.cache.lock:
+                    try:
+                        with tracer.start_as_current_span("cycle"):
+                            res = self.algo.schedule_pod(fw, state, pod, self.cache.snapshot, nominator=self.queue)
+                    except FitError as e:
+                        fit_err = e
+                        with tracer.start_as_current_span("post_filter"):
+                            fw.services["pdbs"] = self.cache.pdb_list()
+                            try:
+                                run_post_filter(fw, state, pod, e)  # computes only: no preemption service yet
+                            except Exception:
+                                log.exception("PostFilter failed for %s", pod.key)
+                    if fit_err is None:
+                        host = res.suggested_host
+                        with tracer.start_as_current_span("select", attributes={"node": host}):
+                            pass
+                        # Assume.
+                        self.cache.snapshot.add_pod(pod, host)
+                        a = AssumedPod(pod, host, fw, state, qpi, cycle, root, trace_id)
+                        with self._assumed_lock:
+                            self.assumed[pod.uid] = a
+                        st = fw.run_reserve(state, pod, host)
+                        if st is None or st.is_success():
+                            st, _wait = fw.run_permit(state, pod, host)
+                            if st is not None and st.is_wait():
+                                st = None  # no waiting-pods machinery here: treat as allowed
+                        if st is not None and not st.is_success():
+                            fw.run_unreserve(state, pod, host)
+                            self._forget(a)
+                            root.set_attribute("error", st.message())
+                            qpi.unschedulable_plugins = {st.plugin} if st.is_rejected() and st.plugin else set()
+                            self._requeue(qpi, cycle)
+                            return metrics.UNSCHEDULABLE if st.is_rejected() else metrics.ERROR
+                if fit_err is not None:
+                    self._unschedulable(qpi, cycle, fit_err, trace_id, root)
+                    return metrics.UNSCHEDULABLE
+                root.set_attribute("node", host)
+                a.traceparent = dict(inject_grpc_metadata(context=ctx)).get("traceparent", "")
+                self._bind_queue.put(a)
+                handed_off = True
+                return metrics.SCHEDULED
+        except (PluginError, NoNodesAvailableError) as e:
+            msg = str(e)
+            log.warning("attempt for %s failed: %s; retrying with backoff", pod.key, msg)
+            root.set_status(trace.Status(trace.StatusCode.ERROR, msg))
+            with self._notes_lock:
+                self.notes.setdefault(pod.uid, PodNotes()).trace_id = trace_id
+            self._requeue_error(qpi, cycle)
+            if isinstance(e, NoNodesAvailableError):
+                self._publish_failed(pod, f"0/0 nodes are available: {msg}.", trace_id)
+            return metrics.ERROR
+        finally:
+            if not handed_off:
+                root.end()
+
+    def _forget(self, a: AssumedPod) -> None:
+        with self.cache.lock:
+            with self._assumed_lock:
+                self.assumed.pop(a.pod.uid, None)
+            cur = self.cache.pods.get(a.pod.uid)
+            if cur is None or not cur.node_name:
+                self.cache.snapshot.remove_pod(a.pod)
+
+    def _requeue(self, qpi: QueuedPodInfo, cycle: int) -> None:
+        with self.cache.lock:
+            cur = self.cache.pods.get(qpi.pod.uid)
+            if cur is None or cur.node_name or cur.meta.deletion_timestamp is not None:
+                self.queue.done(qpi.pod.uid)
+                return
+            qpi.update(cur)
+            try:
+                self.queue.add_unschedulable_if_not_present(qpi, cycle)
+            except QueueError as e:
+                log.debug("requeue %s: %s", qpi.key, e)
+
+    def _requeue_error(self, qpi: QueuedPodInfo, cycle: int) -> None:
+        qpi.unschedulable_plugins = set()
+        qpi.pending_plugins = set()
+        self._requeue(qpi, cycle)
+
+    def _publish_failed(self, pod: Pod, message: str, trace_id: str) -> None:
+        with self._notes_lock:
+            n = self.notes.setdefault(pod.uid, PodNotes())
+            n.message, n.trace_id = message, trace_id
+        recs = [self._event_record(pod, "Warning", "FailedScheduling", message, trace_id)]
+        with self.cache.lock:
+            cur = self.cache.pods.get(pod.uid)
+        if cur is not None and not cur.node_name:
+            cond = [c for c in cur.conditions if c.type != "PodScheduled"]
+            cond.append(PodCondition("PodScheduled", "False", "Unschedulable", message))
+            old = next((c for c in cur.conditions if c.type == "PodScheduled"), None)
+            if old is None or old.message != message or old.reason != "Unschedulable":
+                updated = replace(cur, conditions=cond)
+                recs.append(records.pod_record(updated, source=self.cfg.client_id))
+        try:
+            self._publish_sync(recs)
+        except Exception:
+            log.exception("cannot publish FailedScheduling for %s", pod.key)
+
+    def _unschedulable(self, qpi: QueuedPodInfo, cycle: int, err: FitError, trace_id: str, root) -> None:
+        msg = err.message()
+        root.set_attribute("unschedulable", msg)
+        qpi.unschedulable_plugins = set(err.diagnosis.unschedulable_plugins)
+        qpi.pending_plugins = set(err.diagnosis.pending_plugins)
+        self._requeue(qpi, cycle)
+        self._publish_failed(qpi.pod, msg, trace_id)
+

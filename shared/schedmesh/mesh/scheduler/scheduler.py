@@ -1,0 +1,208 @@
+"""The queue-manager (kube-scheduler's Scheduler): the Scheduler API, the priority queue and kube's scheduleOne loop, with
+Filter/Score fanned out to the node shards (schedmesh.mesh.fanout) and binding delegated to
+the binder service.
+
+Threads and locks:
+  * the asyncio loop runs the gRPC API, the Kafka producer and consumers; records are applied
+    to the ClusterCache on a worker thread (so a long cycle holding `cache.lock` never stalls
+    the loop);
+  * the scheduling loop (`_schedule_loop`) is one thread, like kube's scheduleOne goroutine:
+    pop, cycle under `cache.lock`, assume, Reserve/Permit, hand off to the binding pool;
+  * the binding cycle is one more thread: it sends the bindings decided meanwhile to the
+    binder in one batch (BindBatch) and never blocks the next pod.
+Lock order: cache.lock before the queue's lock (the cache listener calls the queue under
+cache.lock); nothing takes cache.lock while holding the queue's lock."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from typing import Optional
+
+import grpc
+from opentelemetry import trace
+
+from schedmesh.api import convert
+from schedmesh.api.types import Node, Pod
+from schedmesh.bus import EventConsumer, EventProducer
+from schedmesh.framework.runtime import Framework, build_frameworks
+from schedmesh.mesh import records
+from schedmesh.mesh.cluster_cache import TOPIC_EVENTS, ClusterCache
+from schedmesh.mesh.runtime import CacheFollower
+from schedmesh.queue.scheduling_queue import PriorityQueue
+from schedmesh.scheduling.cycle import SchedulingAlgorithm
+from schedmesh.v1 import binder_pb2_grpc, events_pb2, queue_pb2
+from schedmesh.v1 import scheduling_pb2 as spb
+from schedmesh.mesh.scheduler.binding_cycle import BindingCycle
+from schedmesh.mesh.scheduler.eventhandlers import EventHandlers
+from schedmesh.mesh.scheduler.schedule_one import ScheduleOne, TracedEvaluator, trace_method
+from schedmesh.mesh.scheduler.state import BOUND, IN_FLIGHT, AssumedPod, PodNotes, QueueManagerConfig
+
+log = logging.getLogger("schedmesh.queue_manager")
+tracer = trace.get_tracer("schedmesh.queue_manager")
+
+
+class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
+    def __init__(self, cfg: QueueManagerConfig, bootstrap: str) -> None:
+        self.cfg = cfg
+        self.bootstrap = bootstrap
+        self.cache = ClusterCache()
+        if cfg.profiles is None:
+            from schedmesh.framework.profile import default_profile
+            cfg.profiles = [default_profile()]
+        self.frameworks: dict[str, Framework] = build_frameworks(cfg.profiles)
+        self.queue = PriorityQueue.from_frameworks(
+            self.frameworks, pod_initial_backoff_seconds=cfg.pod_initial_backoff_seconds,
+            pod_max_backoff_seconds=cfg.pod_max_backoff_seconds,
+            namespace_labels=lambda ns: self.cache.snapshot.namespace_labels.get(ns, {}))
+        for fw in self.frameworks.values():
+            fw.set_snapshot_source(lambda: self.cache.snapshot)
+            fw.services["nominator"] = self.queue
+            trace_method(fw, "run_pre_filter", "prefilter")
+        self.evaluator = TracedEvaluator(cfg.filter_workers, cfg.score_workers, self._view, timeout=cfg.shard_timeout)
+        kw = {} if cfg.percentage_of_nodes_to_score is None else {"percentage_of_nodes_to_score": cfg.percentage_of_nodes_to_score}
+        self.algo = SchedulingAlgorithm(tie_break=cfg.tie_break, evaluator=self.evaluator, **kw)
+        self.assumed: dict[str, AssumedPod] = {}  # uid -> pods assumed, not yet seen bound
+        self._assumed_lock = threading.Lock()
+        self.notes: dict[str, PodNotes] = {}
+        self._notes_lock = threading.Lock()
+        self.applied_nodes: dict[str, Node] = {}
+        self.cache.listeners.append(self._on_change)
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.producer: Optional[EventProducer] = None
+        self.follower: Optional[CacheFollower] = None
+        self.events_consumer: Optional[EventConsumer] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._bind_queue: queue.SimpleQueue[AssumedPod] = queue.SimpleQueue()
+        self._bind_thread: Optional[threading.Thread] = None
+        self._binder_channel = grpc.insecure_channel(cfg.binder)
+        self.binder = binder_pb2_grpc.BinderStub(self._binder_channel)
+        self.loop_running = threading.Event()
+        self.attempts = 0
+        self.cycle_seconds = 0.0
+        self._resource_version = 0
+        self._started_ns = time.time_ns()
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    async def start(self, timeout: float = 60.0) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.producer = EventProducer(self.bootstrap, client_id=f"{self.cfg.client_id}-producer",
+                                      on_restart=self._republish)
+        await self.producer.start(timeout)
+        self.follower = CacheFollower(self.bootstrap, self.cache, client_id=self.cfg.client_id)
+        await self.follower.start(timeout)
+        self.events_consumer = EventConsumer(self.bootstrap, [TOPIC_EVENTS], client_id=f"{self.cfg.client_id}-events")
+        await self.events_consumer.start(timeout)
+        for r in await self.events_consumer.catch_up(timeout):
+            self._on_event_record(r)
+        self.queue.run()
+        self._thread = threading.Thread(target=self._schedule_loop, name="schedule-one", daemon=True)
+        self._thread.start()
+        self._bind_thread = threading.Thread(target=self._binding_loop, name="binding-cycle", daemon=True)
+        self._bind_thread.start()
+
+    async def follow(self) -> None:
+        """Apply state records on a worker thread (the cycle may hold cache.lock for a while)."""
+        assert self.follower is not None
+        while True:
+            recs = await self.follower.consumer.getmany(timeout=0.5)
+            if recs:
+                await asyncio.to_thread(self.follower.apply_records, recs)
+            await self.follower.sample_lag()
+
+    async def follow_events(self) -> None:
+        assert self.events_consumer is not None
+        while True:
+            for r in await self.events_consumer.getmany(timeout=0.5):
+                self._on_event_record(r)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        self.queue.close()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10)
+        if self._bind_thread is not None:
+            await asyncio.to_thread(self._bind_thread.join, 10)
+        self.evaluator.close()
+        self._binder_channel.close()
+        for c in (self.follower, self.events_consumer):
+            if c is not None:
+                await c.stop()
+        if self.producer is not None:
+            await self.producer.flush()
+            await self.producer.stop()
+
+    def next_resource_version(self) -> str:
+        with self._notes_lock:
+            self._resource_version += 1
+            return f"{self.cfg.client_id}-{self._started_ns}-{self._resource_version}"
+
+    # ---- publishing (from any thread) --------------------------------------------------
+    def _publish_sync(self, recs: list, timeout: float = 15.0) -> None:
+        assert self.loop is not None and self.producer is not None
+        fut = asyncio.run_coroutine_threadsafe(records.publish(self.producer, recs), self.loop)
+        fut.result(timeout)
+
+    def _event_record(self, pod: Pod, type_: str, reason: str, message: str, trace_id: str = ""):
+        ev = events_pb2.Event(pod_uid=pod.uid, pod=pod.key, type=type_, reason=reason, message=message,
+                              source=self.cfg.client_id, timestamp=time.time(), trace_id=trace_id)
+        return TOPIC_EVENTS, pod.uid, ev.SerializeToString()
+
+    async def _republish(self) -> None:
+        """The broker came back empty: publish again what this queue-manager owns."""
+        with self.cache.lock:
+            recs = [records.namespace_record(ns) for ns in self.cache.namespaces()]
+            recs += [records.priority_class_record(pc) for pc in self.cache.priority_classes.values()]
+            recs += [records.pdb_record(p) for p in self.cache.pdbs.values()]
+            for name, node in self.applied_nodes.items():
+                ni = self.cache.snapshot.get(name)
+                recs.append(records.node_record(ni.node if ni is not None and ni.node is not None else node,
+                                                source=self.cfg.client_id))
+            recs += [records.pod_record(p, source=self.cfg.client_id) for p in self.cache.pending_pods()
+                     if p.scheduler_name in self.frameworks]
+        log.warning("broker restarted: re-publishing %d records", len(recs))
+        await records.publish(self.producer, recs)
+
+
+    # ---- the ClusterView sent to the shards --------------------------------------------
+    def _view(self) -> spb.ClusterView:
+        v = spb.ClusterView(client_id=self.cfg.client_id, offsets=self.cache.view_offsets())
+        with self._assumed_lock:
+            items = [(a.pod, a.node) for a in self.assumed.values()]
+        for pod, node in items:
+            v.assumed.add(pod=convert.pod_to_proto(pod), node_name=node)
+        # Pods nominated by preemption count on their node in the shards' filters, as in
+        # kube's RunFilterPluginsWithNominatedPods.
+        for node in self.queue.nominated_node_names():
+            for pi in self.queue.nominated_pods_for_node(node):
+                v.nominated.add(pod=convert.pod_to_proto(pi.pod), node_name=node)
+        return v
+
+
+    # ---- API helpers -------------------------------------------------------------------
+    def queue_name(self, pod: Pod, pending: dict[str, str]) -> str:
+        if pod.node_name:
+            return BOUND
+        q = pending.get(pod.uid)
+        if q:
+            return q
+        with self._assumed_lock:
+            if pod.uid in self.assumed:
+                return IN_FLIGHT
+        if any(p.uid == pod.uid for p in self.queue.in_flight_pods()):
+            return IN_FLIGHT
+        return ""
+
+    def pod_view(self, pod: Pod, pending: dict[str, str]) -> queue_pb2.PodView:
+        with self._notes_lock:
+            n = self.notes.get(pod.uid)
+            msg, tid = (n.message, n.trace_id) if n else ("", "")
+        return queue_pb2.PodView(pod=convert.pod_to_proto(pod), queue=self.queue_name(pod, pending),
+                                 message=msg if not pod.node_name else "", trace_id=tid)
+
+    def pending_map(self) -> dict[str, str]:
+        return {pp.pod.uid: pp.queue for pp in self.queue.pending_pods()}
+

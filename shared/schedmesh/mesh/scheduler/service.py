@@ -1,0 +1,29 @@
+"""The queue-manager process: the Scheduler API and the scheduling loop on one gRPC server."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+
+from schedmesh.mesh.runtime import ServiceProcess
+from schedmesh.v1 import queue_pb2_grpc
+from schedmesh.mesh.scheduler.api import SchedulerServicer
+from schedmesh.mesh.scheduler.scheduler import QueueManager
+from schedmesh.mesh.scheduler.state import QueueManagerConfig
+
+log = logging.getLogger("schedmesh.queue_manager")
+
+
+async def serve(cfg: QueueManagerConfig, bootstrap: str, port: int) -> None:
+    proc = ServiceProcess(cfg.client_id, port)
+    qm = QueueManager(cfg, bootstrap)
+    queue_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(qm), proc.server)
+    await proc.start()
+    await qm.start()
+    proc.spawn(qm.follow(), "follow")
+    proc.spawn(qm.follow_events(), "follow-events")
+    await asyncio.to_thread(qm.loop_running.wait, 10)
+    await proc.set_serving(True)
+    log.info("queue-manager serving: %d filter shard(s), %d score shard(s), binder %s",
+             len(cfg.filter_workers), len(cfg.score_workers), cfg.binder)
+    await proc.wait_and_stop(qm.stop)

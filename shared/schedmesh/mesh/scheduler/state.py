@@ -1,0 +1,68 @@
+"""What the scheduler keeps about pods between its cycles: the assumed pods on their way to the
+binder and the notes shown by `get`/`describe` (last FailedScheduling message, trace id, events)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+
+from schedmesh.api.types import Pod
+from schedmesh.framework.interface import CycleState
+from schedmesh.framework.runtime import Framework
+from schedmesh.queue.queued_pod_info import QueuedPodInfo
+
+IN_FLIGHT = "in-flight"
+BOUND = "bound"
+MAX_EVENTS_PER_POD = 100
+
+
+
+@dataclass
+class QueueManagerConfig:
+    filter_workers: Sequence[str]
+    score_workers: Sequence[str]
+    binder: str
+    client_id: str = "queue-manager"
+    profiles: Optional[list] = None  # schedmesh.framework.profile.Profile list; default profile when None
+    percentage_of_nodes_to_score: Optional[int] = None
+    pod_initial_backoff_seconds: float = 1.0
+    pod_max_backoff_seconds: float = 10.0
+    shard_timeout: float = 10.0
+    bind_timeout: float = 10.0
+    max_bind_batch: int = 512
+    tie_break: str = "random"
+
+    def use_scheduler_config(self, path: str) -> None:
+        """Take profiles, percentageOfNodesToScore and backoffs from a KubeSchedulerConfiguration
+        file (the one loader every service and explain use)."""
+        from schedmesh.framework.config import load_scheduler_config
+        sc = load_scheduler_config(path)
+        self.profiles = sc.profiles
+        self.percentage_of_nodes_to_score = sc.percentage_of_nodes_to_score
+        self.pod_initial_backoff_seconds = float(sc.pod_initial_backoff_seconds)
+        self.pod_max_backoff_seconds = float(sc.pod_max_backoff_seconds)
+
+
+def trace_id_of(span) -> str:
+    ctx = span.get_span_context()
+    return format(ctx.trace_id, "032x") if ctx.is_valid else ""
+
+
+@dataclass
+class AssumedPod:
+    pod: Pod
+    node: str
+    fw: Framework
+    state: CycleState
+    qpi: QueuedPodInfo
+    cycle: int
+    span: Any = None
+    trace_id: str = ""
+    traceparent: str = ""
+
+
+@dataclass
+class PodNotes:
+    message: str = ""  # last FailedScheduling message
+    trace_id: str = ""
+    events: list = field(default_factory=list)  # events_pb2.Event
