@@ -30,10 +30,6 @@ def run_explain(tmp_path: Path, name: str) -> list[dict]:
     return json.loads(out.getvalue())["results"]
 
 
-def nonzero(scores: dict) -> dict:
-    return {k: v for k, v in (scores or {}).items() if v}
-
-
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_golden_scenario(tmp_path: Path, name: str) -> None:
     want = json.loads((GOLDEN / f"{name}.out.json").read_text())["results"]
@@ -50,7 +46,7 @@ def test_golden_scenario(tmp_path: Path, name: str) -> None:
                 problems.append(f"{w['pod']} {node}: feasible {wn['feasible']} != {gn.get('feasible')} {gn.get('reasons')}")
             elif not wn["feasible"] and (wn["plugin"], sorted(wn["reasons"])) != (gn["plugin"], sorted(gn["reasons"])):
                 problems.append(f"{w['pod']} {node}: {wn['plugin']} {wn['reasons']} != {gn['plugin']} {gn['reasons']}")
-            elif wn["feasible"] and (nonzero(wn["scores"]) != nonzero(gn["scores"]) or wn["total"] != gn["total"]):
+            elif wn["feasible"] and (wn["scores"] != gn["scores"] or wn["total"] != gn["total"]):
                 problems.append(f"{w['pod']} {node}: scores {wn['scores']} {wn['total']} != {gn['scores']} {gn['total']}")
         if w["chosen"] != g["chosen"]:
             problems.append(f"{w['pod']}: chosen {w['chosen']} != {g['chosen']}")

@@ -15,10 +15,9 @@ node affinity narrows the candidates at PreFilter (a shorter node order to rotat
 Every chosen pod is assumed on its node on both sides before the next pod; the mesh sends
 its assumed pods in the ClusterView, as the queue-manager does.
 
-One edge case is a known discrepancy (a strict xfail): when the search finds exactly
-numFeasibleNodesToFind feasible nodes with failing nodes after the last of them, the
-in-process walk counts those failing nodes as evaluated if they share its chunk, and the
-mesh (which stops at that last feasible node, the rule both sides document) does not.
+Both follow kube's cancellation rule: the search stops at the (numFeasibleNodesToFind+1)-th
+feasible node, so failures after the last kept node are examined until then (or to the end of
+the order); the ExactQuota cluster puts failing nodes after the last feasible one to check it.
 """
 from __future__ import annotations
 
@@ -340,25 +339,19 @@ async def test_sharded_sampling_decides_like_one_process(published: Published, s
     assert got == want, f"{shards} shard(s) decided differently; first difference at {first_difference(want, got)}"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "known discrepancy: SchedulingAlgorithm.filter_in_order keeps the failures after the "
-    "to_find-th feasible node when the chunk holding it has exactly the nodes still needed "
-    "(`len(feasible) > need`), the mesh merge never does"))
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("shards", SHARD_COUNTS)
 @pytest.mark.parametrize("published", list(EDGE_CLUSTERS), indirect=True)
 async def test_exact_quota_counts_evaluated_nodes_alike(published: Published, shards: int, mesh: Mesh) -> None:
-    """The first search finds its 276th and last feasible node with failing nodes after it.
-    The mesh stops there (fewer than 600 nodes evaluated, the next search starts there), as
-    the fan-out's rule says; in one process the last chunk of the walk (nodes 552 to 599)
-    holds exactly the feasible nodes still needed and is counted whole (600 evaluated, the
-    start index back to 0)."""
+    """The first search finds its 276th and last feasible node with failing nodes after it: no
+    277th feasible node cancels the search, so the failures after it are examined too (600
+    evaluated, the start index back to 0), on one process and across shards alike."""
     c = published.cluster
     snapshot = Snapshot(c.nodes, c.bound)
     res = SchedulingAlgorithm().schedule_pod(Framework(default_profile(), snapshot_fn=lambda: snapshot),
                                              CycleState(), c.pending[0], snapshot, evaluate_all=True)
     if res.feasible_nodes != TO_FIND or snapshot.cols.names[-1] not in res.diagnosis.node_to_status:
-        pytest.fail("the cluster does not set up the edge case")  # not an AssertionError: no xfail
+        pytest.fail("the cluster does not set up the edge case")
     want = published.want
     got = await run_mesh(published, shards, mesh)
     assert got == want, f"{shards} shard(s) decided differently; first difference at {first_difference(want, got)}"

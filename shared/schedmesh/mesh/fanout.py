@@ -4,11 +4,12 @@ Plugs into `SchedulingAlgorithm` as its evaluator, so the cycle (PreFilter, node
 normalisation, weights, host selection) is the same code `schedmesh explain` runs.
 
 Sampling is kube's, across shards: every shard walks the same global node order from the
-queue-manager's start index and stops once it has found numFeasibleNodesToFind nodes of its
-own; the merge keeps the first numFeasibleNodesToFind feasible nodes in global order and the
-failures before the last of them, which is exactly what one process walking that order would
-have examined (no shard can stop before that point: it would need that many feasible nodes
-of its own before it). The start index then advances by the same count as in one process.
+queue-manager's start index and stops once it has found numFeasibleNodesToFind + 1 nodes of
+its own; the merge keeps the first numFeasibleNodesToFind feasible nodes in global order and
+the failures before the next feasible one (where kube's search cancels), which is exactly what
+one process walking that order examines (no shard can stop before that point: it would need
+that many feasible nodes of its own before it). The start index then advances by the same
+count as in one process.
 
 A shard that fails makes the whole attempt fail with an error: the pod goes back to the
 queue with backoff and is retried, never half-evaluated.
@@ -108,12 +109,12 @@ class ShardedEvaluator(LocalEvaluator):
                 failures.append((st, position[cols.rows_of(nodes)], nodes))
         all_pos = np.sort(np.concatenate(feasible_pos)) if feasible_pos else np.empty(0, np.int64)
         taken = all_pos[:to_find]
-        # Sequentially, the walk stops at the to_find-th feasible node: failures after it
-        # were never examined.
-        cutoff = int(taken[-1]) if len(taken) == to_find and to_find < len(ordered) else len(ordered)
+        # kube cancels the search at the (to_find+1)-th feasible node: failures after it were
+        # never examined (every shard returns up to to_find+1 of its own, so that node is here).
+        cutoff = int(all_pos[to_find]) if len(all_pos) > to_find and not evaluate_all else len(ordered)
         used: set[int] = set()
         for st, pos, nodes in failures:
-            keep = pos <= cutoff
+            keep = pos < cutoff
             if not keep.any():
                 continue
             if id(st) not in used:

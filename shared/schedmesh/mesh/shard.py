@@ -127,7 +127,9 @@ class ShardEvaluator:
             ordered = ordered[mine[ordered]]
             if len(ordered) == 0:
                 return resp
-            to_find = len(ordered) if req.evaluate_all or req.max_feasible <= 0 else min(req.max_feasible, len(ordered))
+            # One more than the caller keeps: the merge needs the node where kube's search cancels.
+            to_find = (len(ordered) if req.evaluate_all or req.max_feasible <= 0
+                       else min(req.max_feasible + 1, len(ordered)))
             diagnosis = Diagnosis()
             feasible = self.algorithm.filter_in_order(fw, state, pod, snap, ordered, to_find, diagnosis,
                                                       RequestNominator(req.view.nominated))

@@ -225,16 +225,22 @@ class SchedulingAlgorithm:
     def filter_in_order(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot",
                         ordered: np.ndarray, to_find: int, diagnosis: Diagnosis,
                         nominator: Optional[Nominator]) -> np.ndarray:
-        """Filter nodes in `ordered` order until `to_find` pass; chunks keep NumPy busy while
-        stopping early on large clusters, as kube's parallel search with cancellation does."""
+        """Filter nodes in `ordered` order and keep the first `to_find` that pass.
+
+        kube's search (findNodesThatPassFilters) cancels when the (to_find+1)-th feasible node
+        is found: that node is dropped, and every failure examined before it counts as
+        processed (it is in NodeToStatus and advances the next start index). Walked in order,
+        as one worker would, the examined nodes are exactly those before that node. Chunks keep
+        NumPy busy while stopping early on large clusters."""
         names = snapshot.cols.names
         nominated_rows = self._rows_with_nominated_pods(pod, snapshot, nominator)
         found: list[np.ndarray] = []
         n_found = 0
         pos = 0
-        chunk = len(ordered) if to_find >= len(ordered) else max(2 * to_find, 512)
+        search_all = to_find >= len(ordered)
+        chunk = len(ordered) if search_all else max(2 * to_find, 512)
         position = np.empty(snapshot.cols.n, np.int64)  # row -> position in the current chunk
-        while pos < len(ordered) and n_found < to_find:
+        while pos < len(ordered):
             part = ordered[pos:pos + chunk]
             pos += len(part)
             position[part] = np.arange(len(part))
@@ -246,13 +252,15 @@ class SchedulingAlgorithm:
                 feasible, rows = out.feasible, out.rejected_rows
                 statuses = [out.statuses[i] for i in out.rejected_status_index.tolist()]
             need = to_find - n_found
-            if len(feasible) > need:
-                # Enough found: nodes after the last one kept count as not evaluated.
+            if not search_all and len(feasible) > need:
+                # The (to_find+1)-th feasible node cancels the search: it and everything after
+                # it was never examined.
+                cutoff = position[feasible[need]]
                 feasible = feasible[:need]
-                cutoff = position[feasible[-1]]
                 keep = position[rows] < cutoff
                 rows = rows[keep]
                 statuses = [st for st, k in zip(statuses, keep.tolist()) if k]
+                pos = len(ordered)
             found.append(feasible)
             n_found += len(feasible)
             diagnosis.node_to_status.update(zip([names[r] for r in rows.tolist()], statuses))

@@ -107,6 +107,29 @@ def test_rotating_start_index_spreads_the_search():
     assert not set(first.feasible_rows.tolist()) & set(second.feasible_rows.tolist())
 
 
+@pytest.mark.parametrize("full, want_feasible, want_processed", [
+    # 300 nodes, 144 to find. Full (failing) nodes right after the 144th feasible one are
+    # examined until the 145th feasible node cancels the search (kube's feasibleNodesLen >
+    # numNodesToFind), so they count as processed and move the next start index.
+    (set(), 144, 144),
+    ({144, 145, 146}, 144, 147),
+    ({10, 144}, 144, 146),
+    # no 145th feasible node: everything after the 144th is examined
+    (set(range(144, 300)), 144, 300),
+    # fewer feasible than wanted: the whole order is examined
+    (set(range(100, 300)), 100, 300),
+])
+def test_search_cancels_at_the_next_feasible_node(full, want_feasible, want_processed):
+    nodes = "".join(node(f"n{i:03d}", cpu="1" if i in full else "4") for i in range(300))
+    snap, [p] = cluster(nodes + pod("p", cpu="2"))
+    fw = Framework(default_profile(), snapshot_fn=lambda: snap)
+    algo = SchedulingAlgorithm(tie_break="name")
+    res = algo.schedule_pod(fw, CycleState(), p, snap)
+    assert res.feasible_nodes == want_feasible
+    assert len(res.diagnosis.node_to_status) == want_processed - want_feasible
+    assert algo.next_start_node_index == want_processed % 300
+
+
 class _Nominated(Nominator):
     def __init__(self, by_node):
         self.by_node = by_node
