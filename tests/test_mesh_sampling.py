@@ -3,7 +3,7 @@
 kube's adaptive default finds numFeasibleNodesToFind = max(100, N * (50 - N/125) / 100)
 feasible nodes, walking the node order from a start index that rotates by the number of
 nodes processed. Here N = 600 nodes, so 46 % of them (276) are enough and the search stops
-early. The mesh (the queue-manager's `ShardedEvaluator` fanning Filter out to filter-worker
+early. The mesh (the queue-manager's `FanOutEvaluator` fanning Filter out to filter-worker
 processes and raw Score to score-worker processes, every worker a ClusterCache replica
 following the broker) must make, pod for pod, the decisions of the in-process cycle
 (`SchedulingAlgorithm` with its LocalEvaluator): the same node, the same number of feasible
@@ -41,7 +41,7 @@ from schedmesh.framework.interface import CycleState
 from schedmesh.framework.profile import default_profile
 from schedmesh.framework.runtime import Framework
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, ClusterCache
-from schedmesh.mesh.fanout import ShardedEvaluator
+from schedmesh.mesh.fanout import FanOutEvaluator
 from schedmesh.mesh.records import node_record, pod_batch_record, pod_message, publish
 from schedmesh.mesh.runtime import CacheFollower
 from schedmesh.scheduling.cycle import FitError, SchedulingAlgorithm
@@ -258,7 +258,7 @@ def published(request, mesh: Mesh) -> Iterator[Published]:
                              [node_record(n, deleted=True) for n in c.nodes], ordered=False))
 
 
-def _wait_caught_up(evaluator: ShardedEvaluator, view: spb.ClusterView, pod: Pod, node: str,
+def _wait_caught_up(evaluator: FanOutEvaluator, view: spb.ClusterView, pod: Pod, node: str,
                     timeout: float = 60.0) -> None:
     """Every worker has consumed the records the view names (a worker answers UNAVAILABLE
     while it has not): the first real request then does not race the replicas' replay."""
@@ -287,7 +287,7 @@ def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list
     def view() -> spb.ClusterView:
         return spb.ClusterView(client_id=client, offsets=cache.view_offsets(), assumed=assumed)
 
-    evaluator = ShardedEvaluator(*evaluator_targets, view)
+    evaluator = FanOutEvaluator(*evaluator_targets, view)
     try:
         with cache.lock:
             first_node = cache.snapshot.cols.names[0]

@@ -17,7 +17,7 @@ from schedmesh.framework.interface import CycleState
 from schedmesh.framework.profile import default_profile
 from schedmesh.framework.runtime import Framework
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, ClusterCache
-from schedmesh.mesh.fanout import ShardedEvaluator
+from schedmesh.mesh.fanout import FanOutEvaluator
 from schedmesh.mesh.records import manifest_records, publish
 from schedmesh.mesh.runtime import CacheFollower
 from schedmesh.scheduling.cycle import FitError, SchedulingAlgorithm
@@ -72,7 +72,7 @@ async def mesh_placements(bootstrap: str, shards: int, cluster, pending, tmp_pat
             return v
 
         fw = Framework(default_profile(), snapshot_fn=lambda: cache.snapshot)
-        evaluator = ShardedEvaluator([p.target for p in procs[:shards]], [p.target for p in procs[shards:]], view)
+        evaluator = FanOutEvaluator([p.target for p in procs[:shards]], [p.target for p in procs[shards:]], view)
         algo = SchedulingAlgorithm(tie_break="name", evaluator=evaluator)
         chosen = []
         for pod in pending.pods:

@@ -34,7 +34,7 @@ from schedmesh.v1 import scheduling_pb2_grpc as sgrpc
 ViewFn = Callable[[], spb.ClusterView]
 
 
-class ShardedEvaluator(LocalEvaluator):
+class FanOutEvaluator(LocalEvaluator):
     """Filter on the filter shards and raw Score on the score shards; either phase runs in
     this process (LocalEvaluator) when it has no shards."""
 

@@ -40,7 +40,10 @@ class RequestNominator(Nominator):
         return list(self._by_node)
 
 
-class ShardEvaluator:
+class NodeShard:
+    """This shard's Filter and raw Score over its own nodes, on its replica of the cluster with
+    the caller's assumed and nominated pods overlaid (the server side of FanOutEvaluator)."""
+
     def __init__(self, cache: ClusterCache, frameworks: dict[str, Framework], shard_index: int,
                  shard_count: int, name: str = "") -> None:
         self.cache, self.frameworks = cache, frameworks

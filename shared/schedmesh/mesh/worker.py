@@ -10,7 +10,7 @@ import grpc
 from schedmesh.framework.runtime import build_frameworks
 from schedmesh.mesh.cluster_cache import ClusterCache
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
-from schedmesh.mesh.shard import ShardEvaluator
+from schedmesh.mesh.shard import NodeShard
 from schedmesh.telemetry import metrics
 from schedmesh.v1 import scheduling_pb2_grpc as sgrpc
 
@@ -24,7 +24,7 @@ def load_profiles(config: str | None):
 
 
 class _Servicer(sgrpc.FilterWorkerServicer, sgrpc.ScoreWorkerServicer):
-    def __init__(self, evaluator: ShardEvaluator) -> None:
+    def __init__(self, evaluator: NodeShard) -> None:
         self.evaluator = evaluator
 
     async def _call(self, fn, request, context):
@@ -50,7 +50,7 @@ async def serve(kind: str, shard: int, shards: int, port: int, bootstrap: str, c
     frameworks = build_frameworks(load_profiles(config))
     for fw in frameworks.values():
         fw.set_snapshot_source(lambda: cache.snapshot)
-    evaluator = ShardEvaluator(cache, frameworks, shard, shards, name)
+    evaluator = NodeShard(cache, frameworks, shard, shards, name)
     servicer = _Servicer(evaluator)
     if kind == "filter":
         sgrpc.add_FilterWorkerServicer_to_server(servicer, proc.server)

@@ -13,7 +13,7 @@ from opentelemetry import trace
 from schedmesh.api.types import Pod, PodCondition
 from schedmesh.framework.interface import CycleState, PluginError
 from schedmesh.mesh import records
-from schedmesh.mesh.fanout import ShardedEvaluator
+from schedmesh.mesh.fanout import FanOutEvaluator
 from schedmesh.queue.queued_pod_info import QueuedPodInfo
 from schedmesh.queue.scheduling_queue import QueueError
 from schedmesh.scheduling.cycle import FitError, NoNodesAvailableError, run_post_filter
@@ -33,7 +33,7 @@ def trace_method(obj: Any, method: str, span_name: str) -> None:
     setattr(obj, method, traced)
 
 
-class TracedEvaluator(ShardedEvaluator):
+class TracedEvaluator(FanOutEvaluator):
     """The fan-out with `filter` / `score` spans around each phase."""
 
     filter_seconds = 0.0
