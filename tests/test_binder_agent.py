@@ -199,7 +199,8 @@ async def test_agent_registers_nodes_and_heartbeats(mesh: Mesh) -> None:
     for name, rec in nodes.items():
         n = rec.node
         assert n.metadata.labels["kubernetes.io/hostname"] == name
-        assert [(c.type, c.status) for c in n.conditions] == [("Ready", "True")]
+        assert [(c.type, c.status) for c in n.conditions] == [
+            ("Ready", "True"), ("MemoryPressure", "False"), ("DiskPressure", "False"), ("PIDPressure", "False")]
         zones[name] = n.metadata.labels.get("topology.kubernetes.io/zone", "")
     assert zones == {"t-0": "zone-a", "t-1": "zone-b", "t-2": "zone-c", "small-0": ""}
     assert dict(nodes["t-0"].node.allocatable) == {"cpu": "4", "memory": str(8 << 30), "pods": "110",
@@ -321,7 +322,10 @@ async def test_deleted_pods(mesh: Mesh) -> None:
             assert not resp.bound and resp.reason == "pod default/going-0 is being deleted"
 
             # a running pod deleted with a grace period: Killing, then a tombstone after the grace
-            pod = mkpod("grace-0", cpu="900m", grace=30)  # the agent caps grace at 1 s (--max-grace)
+            # Simulated containers stop at once unless the pod asks for a shutdown time; this one
+            # asks for 30 s, capped by the agent at 1 s (--max-grace).
+            pod = mkpod("grace-0", cpu="900m", grace=30)
+            pod.meta.annotations["schedmesh.io/simulated-shutdown-seconds"] = "30"
             assert (await client.bind(pod, "t-1")).bound
             recs = await records_until(mesh.bootstrap, [TOPIC_PODS], lambda rs: running(rs, pod.uid) is not None)
             run = convert.pod_from_proto(running(recs, pod.uid).pod)

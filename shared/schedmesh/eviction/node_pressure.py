@@ -332,6 +332,17 @@ def _parse_min_reclaim(signal: str, text: str) -> ThresholdValue:
     return ThresholdValue(quantity=q, fmt=_format_of(text))
 
 
+def _parse_grace_period(signal: str, text: Any) -> float:
+    _check_signal(signal)
+    try:
+        seconds = parse_go_duration(text)
+    except ValueError as e:
+        raise EvictionConfigError(str(e)) from None
+    if seconds < 0:
+        raise EvictionConfigError(f"invalid eviction grace period specified: {text}, must be a positive value")
+    return seconds
+
+
 def _statements(field_name: str, m: Optional[Mapping[str, Any]]) -> list[tuple[str, Any]]:
     if m is None:
         return []
@@ -343,6 +354,14 @@ def _statements(field_name: str, m: Optional[Mapping[str, Any]]) -> list[tuple[s
     return sorted(m.items(), key=lambda kv: (_signal_order(kv[0]) if kv[0] in SIGNALS else -1, kv[0]))
 
 
+def _in_field(field_name: str, signal: str, parse: Callable[[str, Any], Any], value: Any) -> Any:
+    """parse(signal, value), its error naming the KubeletConfiguration field and signal."""
+    try:
+        return parse(signal, value)
+    except EvictionConfigError as e:
+        raise EvictionConfigError(f'{field_name}["{signal}"]: {e}') from None
+
+
 def parse_threshold_config(eviction_hard: Optional[Mapping[str, str]] = None,
                            eviction_soft: Optional[Mapping[str, str]] = None,
                            eviction_soft_grace_period: Optional[Mapping[str, str]] = None,
@@ -352,23 +371,20 @@ def parse_threshold_config(eviction_hard: Optional[Mapping[str, str]] = None,
     """ParseThresholdConfig: hard thresholds, then soft ones with their grace periods, minimum
     reclaims attached, and allocatableMemory.available copied from a hard memory.available when
     "pods" is enforced. Maps are taken as given (no defaults)."""
-    hard = [t for s, v in _statements("evictionHard", eviction_hard) if (t := parse_threshold_statement(s, v))]
-    soft = [t for s, v in _statements("evictionSoft", eviction_soft) if (t := parse_threshold_statement(s, v))]
+    hard = [t for s, v in _statements("evictionHard", eviction_hard)
+            if (t := _in_field("evictionHard", s, parse_threshold_statement, v))]
+    soft = [t for s, v in _statements("evictionSoft", eviction_soft)
+            if (t := _in_field("evictionSoft", s, parse_threshold_statement, v))]
     grace: dict[str, float] = {}
     for signal, text in _statements("evictionSoftGracePeriod", eviction_soft_grace_period):
-        _check_signal(signal)
-        try:
-            seconds = parse_go_duration(text)
-        except ValueError as e:
-            raise EvictionConfigError(f"evictionSoftGracePeriod {signal}: {e}") from None
-        if seconds < 0:
-            raise EvictionConfigError(f"invalid eviction grace period specified: {text}, must be a positive value")
-        grace[signal] = seconds
-    reclaim = {s: _parse_min_reclaim(s, v) for s, v in _statements("evictionMinimumReclaim", eviction_minimum_reclaim)}
+        grace[signal] = _in_field("evictionSoftGracePeriod", signal, _parse_grace_period, text)
+    reclaim = {s: _in_field("evictionMinimumReclaim", s, _parse_min_reclaim, v)
+               for s, v in _statements("evictionMinimumReclaim", eviction_minimum_reclaim)}
     with_grace = []
     for t in soft:
         if t.signal not in grace:
-            raise EvictionConfigError(f"grace period must be specified for the soft eviction threshold {t.signal}")
+            raise EvictionConfigError(f"evictionSoftGracePeriod: grace period must be specified for the soft eviction "
+                                      f"threshold {t.signal}")
         with_grace.append(Threshold(t.signal, t.value, grace[t.signal]))
     results = [Threshold(t.signal, t.value, t.grace_period, reclaim.get(t.signal)) for t in hard + with_grace]
     if "pods" in enforce_node_allocatable:
@@ -788,6 +804,12 @@ class EvictionManager:
     def pressure(self) -> tuple[str, ...]:
         """Node conditions that are True (MemoryPressure, DiskPressure, PIDPressure)."""
         return self._pressure
+
+    @property
+    def settled(self) -> bool:
+        """Nothing to watch: no pressure reported, no threshold met (even one whose grace period
+        runs). Another synchronize with the same usage would change nothing."""
+        return not self._pressure and not self._thresholds_first_observed and not self._thresholds_met
 
     def node_conditions(self) -> list[NodeCondition]:
         return pressure_conditions(self._pressure)

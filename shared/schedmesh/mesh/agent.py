@@ -3,19 +3,39 @@
 It registers its nodes (NodeRecord on schedmesh.nodes), heartbeats them on schedmesh.leases
 (its own topic, so a heartbeat never invalidates node caches), and follows schedmesh.pods:
 
-* a pod bound to one of its nodes is started after a short simulated delay: published with
-  phase Running, startTime and Ready conditions, plus an Event "Started"; the span
-  `start_pod` is a child of the trace context in the bound record's headers;
-* a pod of its nodes with metadata.deletionTimestamp gets an Event "Killing" and, after
-  min(terminationGracePeriodSeconds, max_grace) seconds, a tombstone (PodRecord deleted=true);
-* the kubelet owns pod status: if someone re-publishes a running pod with another phase
-  (e.g. a binding re-sent after a broker restart), the agent asserts Running again;
+* admission: a pod bound to one of its nodes (by the binder, or by the user's spec.nodeName)
+  is admitted as the kubelet admits it (schedmesh.eviction.admission: under node pressure the
+  eviction manager's Admit, then the resources, node affinity, node name, host ports and
+  NoExecute taints). A refused pod ends in phase Failed with the kubelet's reason (OutOfcpu,
+  OutOfmemory, OutOfpods, Evicted, ...) and message ("Pod was rejected: ..."), with a Warning
+  event;
+* an admitted pod is started after a short simulated delay: published with phase Running,
+  startTime and Ready conditions, plus an Event "Started"; the span `start_pod` is a child of
+  the trace context in the bound record's headers;
+* graceful termination: a pod of its nodes with metadata.deletionTimestamp (a whole record or a
+  `records.deletion_update` delta) gets an Event "Killing"; its simulated containers stop at
+  once, unless the pod asks for a simulated shutdown time with the annotation
+  `schedmesh.io/simulated-shutdown-seconds: "5"`, which is capped by the grace period
+  (terminationGracePeriodSeconds, or an eviction's). Then a tombstone (PodRecord deleted=true);
+* node-pressure eviction: each node has a usage model (the node's own `systemUsage` and images
+  from its pool, plus each running pod's `schedmesh.io/simulated-usage` annotation, which
+  re-publishing the pod changes) and the kubelet's eviction manager
+  (schedmesh.eviction.node_pressure) configured from the pool's `kubeletConfiguration`. An
+  evicted pod gets a Warning event "Evicted" with the kubelet's message, its containers stop
+  (as above, with the eviction's grace period), and it ends in phase Failed with status reason
+  Evicted, the message and a DisruptionTarget condition: it stays listed, as in kube, until
+  deleted (a deletion request for an ended pod is honoured at once);
+* node conditions MemoryPressure, DiskPressure and PIDPressure are published as node deltas
+  (records.node_update) when they change and at registration; the node-lifecycle controller,
+  not the agent, turns them into taints;
+* the kubelet owns pod status: if someone re-publishes a running pod with another phase (e.g.
+  a binding re-sent after a broker restart), the agent asserts Running (and its node) again;
 * on a broker restart it re-registers its nodes and re-publishes its pods, as kubelets do.
 
-State lives in one `SimNode` per node (its Node, its pods and their resource totals as a
-NodeInfo from the cache library); time-driven work (starting, killing, evicting) happens in a
-periodic reconcile loop. Node-pressure and NoExecute-taint eviction plug in as `Evictor`s:
-each reconcile asks every evictor which pods of a node to evict.
+State lives in one `SimNode` per node; time-driven work (starting, killing, eviction checks)
+happens in a periodic reconcile loop driven by timer heaps, not scans of every node. Eviction
+plugs in as `Evictor`s, asked about a node when its pods or usage change and when they ask to be
+asked again.
 """
 from __future__ import annotations
 
@@ -24,23 +44,29 @@ import asyncio
 import dataclasses
 import heapq
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Protocol, Sequence
+from typing import Callable, Optional, Protocol, Sequence, Union
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 
 from schedmesh.api import convert
+from schedmesh.api.quantity import QuantityError, parse_quantity
 from schedmesh.api.types import Node, ObjectMeta, Pod, PodCondition
 from schedmesh.bus import EventConsumer, EventProducer, Record
 from schedmesh.cache.node_info import NodeInfo
-from schedmesh.mesh.binder import event_message, event_record
+from schedmesh.eviction import admission
+from schedmesh.eviction.node_pressure import (POD_CLEANUP_TIMEOUT, EvictionConfig, EvictionManager, NodeCapacity,
+                                              NodeUsage, SystemUsage, pressure_conditions)
+from schedmesh.eviction.usage import NO_USAGE, PodUsage, SimulatedUsageError, pod_usage
+from schedmesh.mesh.binder import event_message
 from schedmesh.mesh.cluster_cache import TOPIC_EVENTS, TOPIC_NODES, TOPIC_PODS, is_terminal
-from schedmesh.mesh.nodepool import PoolError, load_pool_file, ready_condition
-from schedmesh.mesh.records import (apply_node_update, apply_update, event_batch_record, expand, node_record, pod_batch_record,
-                                    pod_record, status_update)
+from schedmesh.mesh.nodepool import KubeletModel, PoolError, SimulatedNode, load_pool_file_simulated, ready_condition
+from schedmesh.mesh.records import (apply_node_update, apply_update, deletion_update, event_batch_record, expand,
+                                    node_record, node_update, pod_batch_record, pod_record, status_update)
 from schedmesh.mesh.runtime import ServiceProcess
 from schedmesh.telemetry.propagation import extract_kafka_headers
 from schedmesh.v1 import events_pb2
@@ -53,6 +79,10 @@ AGENT_TOPICS = (TOPIC_NODES, TOPIC_PODS, TOPIC_EVENTS, TOPIC_LEASES)
 
 STARTING, RUNNING, TERMINATING = "Starting", "Running", "Terminating"
 _SEND_BATCH = 256  # concurrent sends when publishing many records (registration, heartbeats)
+
+SHUTDOWN_ANNOTATION = "schedmesh.io/simulated-shutdown-seconds"
+DEFAULT_EVICTION_INTERVAL = 10.0  # the kubelet's evictionMonitoringPeriod
+INVALID_ANNOTATION = "InvalidAnnotation"  # reason of the Warning for a simulation annotation that does not parse
 
 
 def lease_record(node_names: Sequence[str], now: float, source: str = "") -> tuple[str, str, bytes]:
@@ -74,8 +104,54 @@ def running_pod(pod: Pod, now: float) -> Pod:
     return dataclasses.replace(pod, phase="Running", start_time=pod.start_time or now, conditions=conditions)
 
 
+def failed_pod(pod: Pod, reason: str, message: str, extra: Sequence[PodCondition] = ()) -> Pod:
+    """The pod as the kubelet reports it once it has ended in phase Failed: not ready, with the
+    reason and message (Evicted, OutOfcpu, ...) and any extra condition (DisruptionTarget)."""
+    replaced = {"Ready", "ContainersReady", *(c.type for c in extra)}
+    conditions = [c for c in pod.conditions if c.type not in replaced]
+    if pod.start_time:  # it ran: its containers are no longer ready
+        conditions += [PodCondition("ContainersReady", "False", "PodFailed"), PodCondition("Ready", "False", "PodFailed")]
+    return dataclasses.replace(pod, phase="Failed", status_reason=reason, status_message=message,
+                               conditions=[*conditions, *extra])
+
+
+def shutdown_seconds(pod: Pod) -> float:
+    """The pod's simulated shutdown time (the annotation; 0 without it). ValueError names the
+    pod, the annotation and what is wrong."""
+    raw = pod.meta.annotations.get(SHUTDOWN_ANNOTATION)
+    if raw is None:
+        return 0.0
+    try:
+        seconds = parse_quantity(raw)
+    except (QuantityError, ValueError, TypeError):
+        seconds = None
+    if seconds is None or seconds < 0:
+        raise ValueError(f"pod {pod.key}: annotation {SHUTDOWN_ANNOTATION}: {raw!r} is not a non-negative number "
+                         f"of seconds")
+    return float(seconds)
+
+
+def annotation_problem(pod: Pod) -> Optional[str]:
+    """Why the pod's simulation annotations do not parse, or None."""
+    try:
+        pod_usage(pod)
+        shutdown_seconds(pod)
+    except (SimulatedUsageError, ValueError) as e:
+        return str(e)
+    return None
+
+
 def _containers(pod: Pod) -> str:
     return ", ".join(c.name for c in pod.containers) or pod.name
+
+
+@dataclass(frozen=True, slots=True)
+class PodEnd:
+    """How the kubelet ends a pod it evicts itself: phase Failed with this status, not deleted."""
+
+    reason: str
+    message: str
+    conditions: tuple[PodCondition, ...] = ()
 
 
 @dataclass(eq=False, slots=True)
@@ -85,15 +161,27 @@ class SimPod:
     context: Context = field(default_factory=Context)  # trace context of what caused the next transition
     start_at: float = 0.0
     kill_at: float = 0.0
+    usage: PodUsage = NO_USAGE  # what it uses while running (the simulated-usage annotation)
+    end: Optional[PodEnd] = None  # set when evicted: Failed status instead of a tombstone
+    admitted: bool = True  # False only while the agent replays the topics at start
 
 
 class SimNode:
-    """One simulated node: its Node object, its pods, and their resource totals."""
+    """One simulated node: its Node object, its pods and their resource totals, its usage model
+    and its kubelet's eviction manager, and the pods that ended on it."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, kubelet: Optional[KubeletModel] = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.node = node
+        self.kubelet = kubelet or KubeletModel(EvictionConfig.from_kubelet_configuration(),
+                                               NodeCapacity.from_node(node), SystemUsage())
+        self.eviction = EvictionManager(self.kubelet.eviction, self.kubelet.capacity, clock)
         self.pods: dict[str, SimPod] = {}
-        self.info = NodeInfo(node)  # requested vs allocatable, used ports: what eviction will look at
+        self.info = NodeInfo(node)  # requested vs allocatable of the admitted pods, used ports
+        self.ended: dict[str, Pod] = {}  # uid -> pods that ended here (Failed), kept until deleted
+        self.published_pressure: Optional[tuple[str, ...]] = None  # the pressure conditions last published
+        self.awaiting_cleanup: Optional[tuple[str, float]] = None  # (uid, deadline) of a pod being evicted
+        self.check_at: Optional[float] = None  # when the evictors are asked about this node next
 
     @property
     def name(self) -> str:
@@ -121,24 +209,64 @@ class SimNode:
     def running(self) -> list[SimPod]:
         return [sp for sp in self.pods.values() if sp.state == RUNNING]
 
+    def usage(self) -> NodeUsage:
+        """The node's usage now: its own, plus every pod whose containers run (terminating
+        ones until they have stopped)."""
+        return NodeUsage(self.kubelet.system, {sp.pod.key: sp.usage for sp in self.pods.values()
+                                               if sp.state != STARTING and sp.usage is not NO_USAGE})
+
     def __repr__(self) -> str:
         return f"SimNode({self.name}, pods={len(self.pods)})"
 
 
 @dataclass(frozen=True, slots=True)
 class Eviction:
-    """An evictor's verdict: terminate this pod of the node, with this Event."""
+    """An evictor's verdict: terminate this pod of the node, with this Warning event."""
 
     uid: str
-    reason: str  # Event reason, e.g. "Evicted" or "TaintManagerEviction"
+    reason: str  # Event reason, e.g. "Evicted"
     message: str
     grace_seconds: Optional[int] = None  # None: the pod's terminationGracePeriodSeconds
+    end: Optional[PodEnd] = None  # the kubelet ends the pod (Failed); None: the pod is deleted
 
 
 class Evictor(Protocol):
-    """Node-pressure or NoExecute-taint eviction: asked on every reconcile, per node."""
+    """Something that evicts pods of a node (node pressure). Asked about a node when its pods or
+    their usage change, and at the time it last asked for."""
 
-    def check(self, node: SimNode, now: float) -> Iterable[Eviction]: ...
+    def check(self, node: SimNode, now: float) -> tuple[list[Eviction], Optional[float]]:
+        """Pods to evict now, and when to be asked again (None: only when the node changes)."""
+        ...
+
+
+class NodePressureEvictor:
+    """The kubelet's eviction manager loop over the node's usage model: synchronize (one pod per
+    pass), then wait for the evicted pod to be cleaned up (at most 30 s, as the kubelet does)
+    before synchronizing again; every `interval` seconds while thresholds are met, pressure is
+    reported or soft grace periods run; otherwise only when the node's usage changes."""
+
+    def __init__(self, interval: float = DEFAULT_EVICTION_INTERVAL) -> None:
+        self.interval = interval
+
+    def check(self, sn: SimNode, now: float) -> tuple[list[Eviction], Optional[float]]:
+        if sn.awaiting_cleanup is not None:
+            uid, deadline = sn.awaiting_cleanup
+            if uid in sn.pods and now < deadline:
+                return [], deadline
+            sn.awaiting_cleanup = None
+        candidates = [sp.pod for sp in sn.pods.values() if sp.state == RUNNING]
+        result = sn.eviction.synchronize(now, sn.usage(), candidates)
+        if result.reclaiming:
+            log.info("node %s: eviction threshold met, attempting to reclaim %s", sn.name, result.reclaiming)
+        out = []
+        for e in result.evictions:
+            conditions = (e.condition,) if e.condition is not None else ()
+            out.append(Eviction(e.pod.uid, e.reason, e.message, e.effective_grace_period_seconds,
+                                PodEnd(e.reason, e.message, conditions)))
+        if out:
+            sn.awaiting_cleanup = (out[0].uid, now + POD_CLEANUP_TIMEOUT)
+            return out, now + POD_CLEANUP_TIMEOUT
+        return [], (None if sn.eviction.settled else now + self.interval)
 
 
 class Timers:
@@ -160,18 +288,29 @@ class Timers:
         return out
 
 
+NodeSpec = Union[Node, SimulatedNode]
+
+
 class KubeletAgent:
-    def __init__(self, name: str, nodes: Sequence[Node], bootstrap: str, *, start_delay: float = 0.5,
+    def __init__(self, name: str, nodes: Sequence[NodeSpec], bootstrap: str, *, start_delay: float = 0.5,
                  max_grace: Optional[float] = None, heartbeat: float = 10.0, tick: float = 0.1,
-                 evictors: Sequence[Evictor] = (), clock: Callable[[], float] = time.time) -> None:
+                 evictors: Optional[Sequence[Evictor]] = None, eviction_interval: float = DEFAULT_EVICTION_INTERVAL,
+                 clock: Callable[[], float] = time.time) -> None:
         self.name = name
-        self.nodes: dict[str, SimNode] = {n.name: SimNode(n) for n in nodes}
-        self.start_delay, self.max_grace, self.heartbeat, self.tick = start_delay, max_grace, heartbeat, tick
-        self.evictors: list[Evictor] = list(evictors)
         self.clock = clock
-        self._where: dict[str, SimNode] = {}  # pod uid -> its node
+        self.nodes: dict[str, SimNode] = {}
+        for spec in nodes:
+            sn = (SimNode(spec.node, spec.kubelet, clock) if isinstance(spec, SimulatedNode)
+                  else SimNode(spec, None, clock))
+            self.nodes[sn.name] = sn
+        self.start_delay, self.max_grace, self.heartbeat, self.tick = start_delay, max_grace, heartbeat, tick
+        self.evictors: list[Evictor] = (list(evictors) if evictors is not None
+                                        else [NodePressureEvictor(eviction_interval)])
+        self._where: dict[str, SimNode] = {}  # pod uid -> its node (running, terminating or ended there)
         self._unbound: dict[str, object] = {}  # uid -> Pod proto of pods not bound yet (decoded once bound here)
-        self._timers = Timers()
+        self._timers = Timers()  # pod transitions
+        self._checks = Timers()  # evictor checks, by node name
+        self._replaying = False
         self._restarts_handled = 0
         self._restart_lock = asyncio.Lock()
         self.producer = EventProducer(bootstrap, topics=AGENT_TOPICS, client_id=name, on_restart=self._bus_restarted)
@@ -180,12 +319,21 @@ class KubeletAgent:
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self, timeout: float = 60.0) -> None:
-        """Catch up on the topics (adopting pods already on its nodes), then register."""
+        """Catch up on the topics (adopting pods already on its nodes), admit the bound pods
+        not yet started, then register."""
         await self.producer.start(timeout)
         await self.consumer.start(timeout)
-        for r in await self.consumer.catch_up(timeout):
-            await self.handle(r)
+        self._replaying = True
+        try:
+            for r in await self.consumer.catch_up(timeout):
+                await self.handle(r)
+        finally:
+            self._replaying = False
+        await self._admit_replayed()
         await self.register()
+        now = self.clock()
+        for sn in self.nodes.values():
+            self._wake(sn, now)
         log.info("%s registered %d node(s)", self.name, len(self.nodes))
 
     async def stop(self) -> None:
@@ -224,15 +372,20 @@ class KubeletAgent:
             await asyncio.gather(*(self._send(r) for r in records[i:i + _SEND_BATCH]))
 
     async def register(self) -> None:
-        """Publish every node (Ready, heartbeat now), as a kubelet registers at start."""
+        """Publish every node (Ready, heartbeat now, its pressure conditions), as a kubelet
+        registers at start."""
         now = self.clock()
         records = []
         for sn in self.nodes.values():
-            conditions = [c for c in sn.node.conditions if c.type != "Ready"] + [ready_condition(now)]
+            pressure = sn.eviction.pressure
+            mine = {"Ready"} | {c.type for c in pressure_conditions(())}
+            conditions = ([c for c in sn.node.conditions if c.type not in mine] + [ready_condition(now)]
+                          + pressure_conditions(pressure))
             meta = sn.node.meta
             if meta.creation_timestamp is None:  # first registration: the node's age starts now
                 meta = dataclasses.replace(meta, creation_timestamp=now)
             sn.set_node(dataclasses.replace(sn.node, meta=meta, conditions=conditions))
+            sn.published_pressure = pressure
             records.append(node_record(sn.node, source=self.name))
         await self._send_all(records)
 
@@ -244,9 +397,23 @@ class KubeletAgent:
                 return
             self._restarts_handled = seen
             pods = [sp.pod for sn in self.nodes.values() for sp in sn.pods.values()]
+            pods += [p for sn in self.nodes.values() for p in sn.ended.values()]
             log.info("broker restarted: re-registering %d node(s), re-publishing %d pod(s)", len(self.nodes), len(pods))
             await self.register()
             await self._send_all([pod_record(p, source=self.name) for p in pods])
+
+    async def _publish_pressure(self, sn: SimNode) -> None:
+        """The node's pressure conditions as a delta, when they changed since last published."""
+        pressure = sn.eviction.pressure
+        if pressure == sn.published_pressure:
+            return
+        conditions = pressure_conditions(pressure)
+        await self._send(node_update(sn.name, conditions=conditions, source=self.name))
+        merged = {c.type: c for c in sn.node.conditions}
+        merged.update({c.type: c for c in conditions})
+        sn.set_node(dataclasses.replace(sn.node, conditions=list(merged.values())))
+        log.info("node %s: %s", sn.name, ", ".join(f"{c.type}={c.status}" for c in conditions))
+        sn.published_pressure = pressure
 
     # ---- following the topics ----------------------------------------------------------
     async def handle(self, r: Record) -> None:
@@ -275,7 +442,8 @@ class KubeletAgent:
         u = rec.update
         sn = self._where.get(u.uid)
         if sn is not None:
-            base = sn.pods[u.uid].pod
+            sp = sn.pods.get(u.uid)
+            base = sp.pod if sp is not None else sn.ended[u.uid]
         else:
             msg = self._unbound.get(u.uid)
             if msg is None or (u.node_name and u.node_name not in self.nodes):
@@ -309,29 +477,36 @@ class KubeletAgent:
     async def _on_pod(self, context: Context, pod: Pod, deleted: bool, source: str) -> None:
         uid = pod.uid
         sn = self._where.get(uid)
+        if sn is not None and uid in sn.ended:
+            if not await self._on_ended_pod(sn, pod, deleted, source):
+                return
+            sn = None  # the same uid again as a new pod (re-created after it ended)
         if deleted:
             if sn is not None:
-                sn.remove(uid)
+                sp = sn.remove(uid)
                 del self._where[uid]
+                if sp is not None and sp.usage is not NO_USAGE:
+                    self._wake(sn, self.clock())
             return
         now = self.clock()
         if sn is None:
             target = self.nodes.get(pod.node_name)
-            if target is None or is_terminal(pod):
+            if target is None:
                 return
-            state = RUNNING if pod.phase == "Running" else STARTING
-            sp = SimPod(pod, state, context, start_at=now + self.start_delay)
-            target.add(sp)
-            self._where[uid] = target
-            if state == STARTING:
-                self._timers.push(sp.start_at, uid)
-            if pod.meta.deletion_timestamp:
-                await self._begin_termination(target, sp, pod, context)
+            if is_terminal(pod):  # ended before we saw it (replay): remember it for its deletion
+                target.ended[uid] = pod
+                self._where[uid] = target
+                return
+            await self._adopt(target, pod, context)
             return
         sp = sn.pods[uid]
         if is_terminal(pod) or (pod.node_name and pod.node_name != sn.name):
             sn.remove(uid)
-            del self._where[uid]
+            if is_terminal(pod) and pod.node_name in (sn.name, ""):
+                sn.ended[uid] = pod  # e.g. our own Failed report replayed at start
+            else:
+                del self._where[uid]
+            self._wake(sn, now)
             return
         if source == self.name:  # our own record coming back (or replayed after our restart)
             if pod.meta.deletion_timestamp and sp.state != TERMINATING:  # an eviction we began before a restart
@@ -340,6 +515,8 @@ class KubeletAgent:
                 sp.state = RUNNING
                 sn.update(sp, pod)
             return
+        if pod.meta.annotations != sp.pod.meta.annotations:
+            await self._take_annotations(sn, sp, pod)
         if pod.meta.deletion_timestamp:
             if sp.state != TERMINATING:
                 # keep the status we own, take the deletion request
@@ -347,11 +524,112 @@ class KubeletAgent:
                 doomed = dataclasses.replace(sp.pod, meta=meta,
                                              termination_grace_period_seconds=pod.termination_grace_period_seconds)
                 await self._begin_termination(sn, sp, doomed, context)
+            elif sp.end is not None and sp.pod.meta.deletion_timestamp is None:
+                # deleted while being evicted: it goes away instead of staying Failed
+                sp.pod = dataclasses.replace(sp.pod, meta=dataclasses.replace(
+                    sp.pod.meta, deletion_timestamp=pod.meta.deletion_timestamp))
             return
-        if sp.state == RUNNING and pod.phase != "Running":
-            log.info("pod %s re-published as %s by %s; asserting Running", pod.key, pod.phase or "Pending",
-                     source or "?")
-            await self._send(pod_batch_record([status_update(sp.pod, self.name)], self.name))
+        if sp.state == RUNNING and (pod.phase != "Running" or pod.node_name != sn.name):
+            log.info("pod %s re-published as %s on %r by %s; asserting Running on %s", pod.key,
+                     pod.phase or "Pending", pod.node_name, source or "?", sn.name)
+            report = status_update(sp.pod, self.name)
+            report.update.node_name = sn.name
+            await self._send(pod_batch_record([report], self.name))
+
+    async def _on_ended_pod(self, sn: SimNode, pod: Pod, deleted: bool, source: str) -> bool:
+        """A record about a pod that ended on `sn`. True when it is a new pod with the same uid."""
+        uid = pod.uid
+        if deleted:
+            del sn.ended[uid]
+            del self._where[uid]
+            return False
+        if pod.meta.deletion_timestamp:
+            # The kubelet deletes a terminal pod at once: its containers are already gone.
+            del sn.ended[uid]
+            del self._where[uid]
+            await self._send(pod_record(pod, deleted=True, source=self.name))
+            log.info("deleted ended pod %s from %s", pod.key, sn.name)
+            return False
+        if is_terminal(pod) or source == self.name:
+            sn.ended[uid] = pod
+            return False
+        del sn.ended[uid]
+        del self._where[uid]
+        return True
+
+    async def _adopt(self, sn: SimNode, pod: Pod, context: Context) -> None:
+        """A pod newly bound to one of our nodes (or found there at start): admit it, then start
+        it after the simulated delay; a pod already Running (our restart) is taken as it is."""
+        now = self.clock()
+        running = pod.phase == "Running"
+        sp = SimPod(pod, RUNNING if running else STARTING, context, start_at=now + self.start_delay)
+        if not running and not pod.meta.deletion_timestamp:
+            if self._replaying:
+                sp.admitted = False  # admitted once the replay is over, against the pods found
+            elif not await self._admit(sn, pod):
+                return
+        problem = annotation_problem(pod)
+        if problem is None:
+            sp.usage = pod_usage(pod)
+        elif running:
+            log.warning("%s", problem)
+        sn.add(sp)
+        self._where[pod.uid] = sn
+        if sp.state == STARTING:
+            self._timers.push(sp.start_at, pod.uid)
+        elif sp.usage is not NO_USAGE:
+            self._wake(sn, now)
+        if pod.meta.deletion_timestamp:
+            await self._begin_termination(sn, sp, pod, context)
+
+    async def _admit(self, sn: SimNode, pod: Pod) -> bool:
+        """The kubelet's admission; a refused pod ends Failed with a Warning event."""
+        problem = annotation_problem(pod)
+        if problem is not None:
+            verdict = admission.AdmitResult(False, INVALID_ANNOTATION, problem)
+        else:
+            verdict = admission.admit(pod, sn.info, sn.eviction)
+        if verdict.admit:
+            return True
+        ended = failed_pod(pod, verdict.reason, admission.rejection_message(verdict))
+        sn.ended[pod.uid] = ended
+        self._where[pod.uid] = sn
+        with tracer.start_as_current_span("reject_pod", attributes={
+                "schedmesh.pod": pod.key, "schedmesh.node": sn.name, "schedmesh.reason": verdict.reason}):
+            await self._send(pod_batch_record([status_update(ended, self.name)], self.name))
+            await self._send(event_batch_record([event_message(pod, verdict.reason, verdict.message, self.name,
+                                                               "Warning")]))
+        log.info("rejected %s on %s: %s: %s", pod.key, sn.name, verdict.reason, verdict.message)
+        return False
+
+    async def _admit_replayed(self) -> None:
+        """Admit, in creation order, the pods bound to our nodes while the agent was away."""
+        for sn in self.nodes.values():
+            waiting = sorted((sp for sp in sn.pods.values() if not sp.admitted and sp.state == STARTING),
+                             key=lambda sp: (sp.pod.meta.creation_timestamp or 0.0, sp.pod.uid))
+            for sp in waiting:
+                sn.remove(sp.pod.uid)
+                if await self._admit(sn, sp.pod):
+                    sp.admitted = True
+                    sn.add(sp)
+                else:
+                    self._where[sp.pod.uid] = sn  # now among the ended pods
+
+    async def _take_annotations(self, sn: SimNode, sp: SimPod, pod: Pod) -> None:
+        """The pod was re-published with other annotations (e.g. a new simulated usage)."""
+        problem = annotation_problem(pod)
+        if problem is not None:
+            log.warning("%s; keeping the previous annotations", problem)
+            await self._send(event_batch_record([event_message(pod, INVALID_ANNOTATION, problem, self.name,
+                                                               "Warning")]))
+            return
+        meta = dataclasses.replace(sp.pod.meta, annotations=dict(pod.meta.annotations), labels=dict(pod.meta.labels))
+        sn.update(sp, dataclasses.replace(sp.pod, meta=meta))
+        usage = pod_usage(pod)
+        if usage != sp.usage:
+            sp.usage = usage
+            log.info("pod %s on %s now uses %s", pod.key, sn.name, usage)
+            self._wake(sn, self.clock())
 
     # ---- transitions ---------------------------------------------------------------------
     def grace_for(self, pod: Pod, override: Optional[float] = None) -> float:
@@ -360,18 +638,30 @@ class KubeletAgent:
             grace = min(grace, self.max_grace)
         return max(grace, 0.0)
 
-    async def _begin_termination(self, sn: SimNode, sp: SimPod, pod: Pod, ctx: Context, reason: str = "Killing",
-                                 message: Optional[str] = None, grace: Optional[float] = None) -> None:
+    def shutdown_for(self, pod: Pod, grace: float) -> float:
+        """How long the simulated containers take to stop: the pod's simulated shutdown time,
+        at most the grace period (0 when the annotation does not parse)."""
+        try:
+            return min(shutdown_seconds(pod), grace)
+        except ValueError as e:
+            log.warning("%s; stopping at once", e)
+            return 0.0
+
+    async def _begin_termination(self, sn: SimNode, sp: SimPod, pod: Pod, ctx: Context,
+                                 grace: Optional[float] = None,
+                                 first: Sequence[events_pb2.Event] = ()) -> None:
         g = self.grace_for(pod, grace)
-        sp.state, sp.context, sp.kill_at = TERMINATING, ctx, self.clock() + g
+        wait = self.shutdown_for(pod, g)
+        sp.state, sp.context, sp.kill_at = TERMINATING, ctx, self.clock() + wait
         sn.update(sp, pod)
         self._timers.push(sp.kill_at, pod.uid)
+        reason = first[0].reason if first else "Killing"
         with tracer.start_as_current_span("kill_pod", context=ctx, attributes={
                 "schedmesh.pod": pod.key, "schedmesh.node": sn.name, "schedmesh.grace_seconds": g,
-                "schedmesh.reason": reason}):
-            msg = message or f"Stopping container {_containers(pod)}"
-            await self._send(event_record(pod, reason, msg, self.name))
-        log.info("terminating %s on %s in %.1fs (%s)", pod.key, sn.name, g, reason)
+                "schedmesh.shutdown_seconds": wait, "schedmesh.reason": reason}):
+            killing = event_message(pod, "Killing", f"Stopping container {_containers(pod)}", self.name)
+            await self._send(event_batch_record([*first, killing]))
+        log.info("terminating %s on %s: containers stop in %.1fs (grace %.0fs, %s)", pod.key, sn.name, wait, g, reason)
 
     async def _start_all(self, due: list[tuple[SimNode, SimPod]]) -> None:
         """Start the pods due now: one record of status reports and one of Started events."""
@@ -381,6 +671,8 @@ class KubeletAgent:
             pod = running_pod(sp.pod, now)
             sp.state = RUNNING
             sn.update(sp, pod)
+            if sp.usage is not NO_USAGE:
+                self._wake(sn, now)
             with tracer.start_as_current_span("start_pod", context=sp.context, attributes={
                     "k8s.pod.name": pod.name, "k8s.namespace.name": pod.namespace, "k8s.node.name": sn.name}):
                 updates.append(status_update(pod, self.name))
@@ -397,43 +689,79 @@ class KubeletAgent:
         log.info("started %d pod(s)", len(due))
 
     async def _finish(self, sn: SimNode, sp: SimPod) -> None:
+        """The pod's containers have stopped: it is deleted (tombstone), or, when the kubelet
+        evicted it, it ends Failed and stays listed."""
         uid = sp.pod.uid
         sn.remove(uid)
-        self._where.pop(uid, None)
+        ended = None
+        if sp.end is not None and sp.pod.meta.deletion_timestamp is None:
+            ended = failed_pod(sp.pod, sp.end.reason, sp.end.message, sp.end.conditions)
+            sn.ended[uid] = ended
+        else:
+            self._where.pop(uid, None)
         try:
             with tracer.start_as_current_span("terminate_pod", context=sp.context, attributes={
                     "schedmesh.pod": sp.pod.key, "schedmesh.node": sn.name}):
-                await self._send(pod_record(sp.pod, deleted=True, source=self.name))
+                if ended is not None:
+                    await self._send(pod_batch_record([status_update(ended, self.name)], self.name))
+                else:
+                    await self._send(pod_record(sp.pod, deleted=True, source=self.name))
         except Exception:
-            if uid not in self._where:  # try again on a later reconcile
+            if uid not in sn.pods:  # try again on a later reconcile
+                sn.ended.pop(uid, None)
                 sp.kill_at = self.clock() + 1.0
                 sn.add(sp)
                 self._where[uid] = sn
                 self._timers.push(sp.kill_at, uid)
             raise
-        log.info("deleted %s from %s", sp.pod.key, sn.name)
+        if sp.usage is not NO_USAGE or sn.awaiting_cleanup is not None:
+            self._wake(sn, self.clock())
+        log.info("%s %s on %s", "ended (Failed)" if ended is not None else "deleted", sp.pod.key, sn.name)
 
     async def evict(self, sn: SimNode, ev: Eviction) -> None:
-        """Terminate a pod of `sn` on the agent's own initiative (pressure, NoExecute taint)."""
+        """Terminate a pod of `sn` on the kubelet's own initiative: a Warning event with the
+        evictor's reason; the pod then ends Failed (ev.end) or is deleted."""
         sp = sn.pods.get(ev.uid)
         if sp is None or sp.state == TERMINATING:
             return
-        meta = dataclasses.replace(sp.pod.meta, deletion_timestamp=self.clock())
-        doomed = dataclasses.replace(sp.pod, meta=meta)
-        with tracer.start_as_current_span("evict_pod", attributes={"schedmesh.pod": doomed.key,
+        pod = sp.pod
+        with tracer.start_as_current_span("evict_pod", attributes={"schedmesh.pod": pod.key,
                                                                    "schedmesh.reason": ev.reason}):
-            await self._send(pod_record(doomed, source=self.name))  # everyone sees it terminating
-        await self._begin_termination(sn, sp, doomed, Context(), ev.reason, ev.message, ev.grace_seconds)
+            if ev.end is not None:
+                sp.end = ev.end
+            else:  # everyone sees it terminating
+                pod = dataclasses.replace(pod, meta=dataclasses.replace(pod.meta, deletion_timestamp=self.clock()))
+                await self._send(pod_batch_record([deletion_update(pod, pod.meta.deletion_timestamp, self.name)],
+                                                  self.name))
+            warning = event_message(pod, ev.reason, ev.message, self.name, "Warning")
+            await self._begin_termination(sn, sp, pod, Context(), ev.grace_seconds, first=[warning])
+
+    def _wake(self, sn: SimNode, when: float) -> None:
+        """Ask the evictors about `sn` at `when` (or sooner, if already asked for)."""
+        if not self.evictors or (sn.check_at is not None and sn.check_at <= when):
+            return
+        sn.check_at = when
+        self._checks.push(when, sn.name)
 
     async def reconcile(self) -> None:
-        """Time-driven work: evictions (every node, only when evictors are configured), then
-        the starts and terminations that fell due (a timer heap, not a scan of every node)."""
+        """Time-driven work: the evictor checks that fell due, then the starts and terminations
+        that fell due (timer heaps, not scans of every node)."""
         now = self.clock()
-        if self.evictors:
-            for sn in list(self.nodes.values()):
-                for evictor in self.evictors:
-                    for ev in list(evictor.check(sn, now)):
-                        await self.evict(sn, ev)
+        for name in self._checks.pop_due(now):
+            sn = self.nodes.get(name)
+            if sn is None or sn.check_at is None or sn.check_at > now:
+                continue  # superseded by an earlier wake-up already handled, or a later one
+            sn.check_at = None
+            again: Optional[float] = None
+            for evictor in self.evictors:
+                evictions, when = evictor.check(sn, now)
+                for ev in evictions:
+                    await self._guard(self.evict(sn, ev))
+                if when is not None:
+                    again = when if again is None else min(again, when)
+            await self._guard(self._publish_pressure(sn))
+            if again is not None:
+                self._wake(sn, again)
         starts, kills = [], []
         for uid in self._timers.pop_due(now):
             sn = self._where.get(uid)
@@ -457,10 +785,12 @@ class KubeletAgent:
             log.warning("publishing failed, will retry: %r", e)
 
 
-async def serve(port: int, bootstrap: str, nodes: Sequence[Node], name: str = "agent-0", *,
-                start_delay: float = 0.5, max_grace: Optional[float] = None, heartbeat: float = 10.0) -> None:
+async def serve(port: int, bootstrap: str, nodes: Sequence[NodeSpec], name: str = "agent-0", *,
+                start_delay: float = 0.5, max_grace: Optional[float] = None, heartbeat: float = 10.0,
+                eviction_interval: float = DEFAULT_EVICTION_INTERVAL) -> None:
     proc = ServiceProcess(name, port)
-    agent = KubeletAgent(name, nodes, bootstrap, start_delay=start_delay, max_grace=max_grace, heartbeat=heartbeat)
+    agent = KubeletAgent(name, nodes, bootstrap, start_delay=start_delay, max_grace=max_grace, heartbeat=heartbeat,
+                         eviction_interval=eviction_interval)
     await proc.start()
     await agent.start()
     proc.spawn(agent.follow(), "follow")
@@ -468,6 +798,13 @@ async def serve(port: int, bootstrap: str, nodes: Sequence[Node], name: str = "a
     proc.spawn(agent.reconcile_loop(), "reconcile")
     await proc.set_serving(True)
     await proc.wait_and_stop(agent.stop)
+
+
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
 
 def main() -> None:
@@ -483,10 +820,13 @@ def main() -> None:
     p.add_argument("--max-grace", type=float, default=None,
                    help="cap on terminationGracePeriodSeconds, for demos (default: no cap)")
     p.add_argument("--heartbeat", type=float, default=10.0, help="seconds between heartbeats (schedmesh.leases)")
+    p.add_argument("--eviction-interval", type=_positive_seconds, default=DEFAULT_EVICTION_INTERVAL,
+                   help="seconds between eviction-manager passes while a node is near or over a threshold "
+                        "(the kubelet's 10 s; a change in a node's usage is acted on at once)")
     a = p.parse_args()
     try:
-        nodes = load_pool_file(a.pool, agent=a.name)
+        nodes = load_pool_file_simulated(a.pool, agent=a.name)
     except (OSError, PoolError) as e:
         p.error(str(e))
     asyncio.run(serve(a.port, a.bootstrap, nodes, a.name, start_delay=a.start_delay, max_grace=a.max_grace,
-                      heartbeat=a.heartbeat))
+                      heartbeat=a.heartbeat, eviction_interval=a.eviction_interval))

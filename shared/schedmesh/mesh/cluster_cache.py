@@ -31,12 +31,18 @@ def is_terminal(pod: Pod) -> bool:
     return pod.phase in ("Succeeded", "Failed")
 
 
+# Terminal pods (Succeeded, Failed: e.g. evicted by the kubelet, refused by its admission) stay in
+# `ClusterCache.pods` until they are deleted, as kube keeps them (`get pods` shows them), but they
+# leave the snapshot, and listeners see them go: kube-scheduler's pod informer excludes terminal
+# pods (field selector status.phase!=Succeeded,Failed), so to scheduling they are deleted.
+
+
 @dataclass
 class ClusterCache:
     """A Snapshot plus the non-node objects, fed by event records. Thread-safe via `lock`."""
 
     snapshot: Snapshot = field(default_factory=Snapshot)
-    pods: dict[str, Pod] = field(default_factory=dict)  # every known pod by uid (pending and bound)
+    pods: dict[str, Pod] = field(default_factory=dict)  # every known pod by uid (pending, bound, terminal)
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     pdbs: dict[str, PodDisruptionBudget] = field(default_factory=dict)
     offsets: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> next offset to read
@@ -120,15 +126,22 @@ class ClusterCache:
     def _apply_pod(self, pod: Pod, deleted: bool) -> None:
         uid = pod.meta.uid
         old = self.pods.get(uid)
+        if old is not None and is_terminal(old):
+            old = None  # already gone from the snapshot and, for listeners, deleted
         if old is not None and old.node_name:
             self.snapshot.remove_pod(old)
-        if deleted or is_terminal(pod):
+        if deleted:
             self.pods.pop(uid, None)
-            self._emit("pod", old, None)
+            if old is not None:
+                self._emit("pod", old, None)
             return
         self.pods[uid] = pod
-        for client in self._assumed.values():  # the real binding supersedes an assumption
+        for client in self._assumed.values():  # the real binding (or the pod's end) supersedes an assumption
             client.pop(uid, None)
+        if is_terminal(pod):
+            if old is not None:
+                self._emit("pod", old, None)
+            return
         if pod.node_name:
             self.snapshot.add_pod(pod)
         self._emit("pod", old, pod)
@@ -183,7 +196,7 @@ class ClusterCache:
     # ---- reading -----------------------------------------------------------------------
     def pending_pods(self) -> list[Pod]:
         with self.lock:
-            return [p for p in self.pods.values() if not p.node_name]
+            return [p for p in self.pods.values() if not p.node_name and not is_terminal(p)]
 
     def pdb_list(self) -> list[PodDisruptionBudget]:
         with self.lock:
@@ -195,4 +208,5 @@ class ClusterCache:
 
     def get_pod(self, namespace: str, name: str) -> Optional[Pod]:
         with self.lock:
-            return next((p for p in self.pods.values() if p.namespace == namespace and p.name == name), None)
+            found = [p for p in self.pods.values() if p.namespace == namespace and p.name == name]
+            return min(found, key=is_terminal, default=None)  # a live pod before a terminal one

@@ -89,10 +89,12 @@ def binding_update(pod: Pod, node_name: str, source: str = "", traceparent: str 
 
 
 def status_update(pod: Pod, source: str = "") -> events_pb2.PodRecord:
-    """A kubelet's status report (phase, startTime, conditions) as a delta."""
+    """A kubelet's status report (phase, startTime, conditions, and status.reason / message when
+    set, e.g. Evicted or OutOfcpu) as a delta."""
     rec = events_pb2.PodRecord(source=source)
     u = rec.update
     u.uid, u.phase, u.start_time = pod.uid, pod.phase, pod.start_time or 0.0
+    u.status_reason, u.status_message = pod.status_reason, pod.status_message
     for c in pod.conditions:
         u.conditions.add(type=c.type, status=c.status, reason=c.reason, message=c.message)
     return rec
