@@ -1,0 +1,46 @@
+"""Terminal pods in the cluster cache: listed until deleted (kube keeps an evicted pod), but gone
+from the snapshot and, for listeners, deleted (kube-scheduler's informer never sees them)."""
+from __future__ import annotations
+
+import dataclasses
+
+from schedmesh.api.types import Container, Node, ObjectMeta, Pod
+from schedmesh.mesh import records
+from schedmesh.mesh.cluster_cache import ClusterCache
+
+
+def _apply(cache: ClusterCache, rec, offsets=[0]) -> None:  # noqa: B006 - a running offset is the point
+    topic, _key, value = rec
+    cache.apply(topic, value, offsets[0])
+    offsets[0] += 1
+
+
+def _pod(name: str, node: str = "n1") -> Pod:
+    return Pod(meta=ObjectMeta(name=name, namespace="default", uid=f"uid-{name}"), node_name=node,
+               containers=[Container("c", requests={"cpu": 1})], phase="Running")
+
+
+def test_a_failed_pod_stays_listed_but_leaves_its_node():
+    cache = ClusterCache()
+    seen = []
+    cache.listeners.append(lambda kind, old, new: seen.append((kind, old and old.name, new and new.name)))
+    _apply(cache, records.node_record(Node(meta=ObjectMeta(name="n1"), allocatable={"cpu": 4, "pods": 10})))
+    _apply(cache, records.pod_record(_pod("a")))
+    _apply(cache, records.pod_record(_pod("b")))
+    assert cache.snapshot.get("n1").requested.milli_cpu == 2000
+    evicted = dataclasses.replace(_pod("a"), phase="Failed", status_reason="Evicted",
+                                  status_message="The node was low on resource: memory. ")
+    _apply(cache, records.pod_batch_record([records.status_update(evicted, "agent")], "agent"))
+    ni = cache.snapshot.get("n1")
+    assert ni.requested.milli_cpu == 1000 and [p.pod.name for p in ni.pods] == ["b"]
+    listed = cache.pods["uid-a"]
+    assert (listed.phase, listed.status_reason, listed.node_name) == ("Failed", "Evicted", "n1")
+    assert cache.get_pod("default", "a") is listed
+    assert cache.pending_pods() == []
+    assert seen[-1] == ("pod", "a", None)  # to scheduling, it is deleted
+    # a later delta (a deletion request) applies to the listed pod without bringing it back
+    _apply(cache, records.pod_batch_record([records.deletion_update(listed, 5.0, "cli")], "cli"))
+    assert cache.pods["uid-a"].meta.deletion_timestamp == 5.0 and cache.snapshot.get("n1").requested.milli_cpu == 1000
+    n_events = len(seen)
+    _apply(cache, records.pod_record(cache.pods["uid-a"], deleted=True, source="agent"))
+    assert "uid-a" not in cache.pods and len(seen) == n_events  # listeners already saw it go
