@@ -257,7 +257,7 @@ class NodePressureEvictor:
         candidates = [sp.pod for sp in sn.pods.values() if sp.state == RUNNING]
         result = sn.eviction.synchronize(now, sn.usage(), candidates)
         if result.reclaiming:
-            log.info("node %s: eviction threshold met, attempting to reclaim %s", sn.name, result.reclaiming)
+            log.debug("node %s: eviction threshold met, attempting to reclaim %s", sn.name, result.reclaiming)
         out = []
         for e in result.evictions:
             conditions = (e.condition,) if e.condition is not None else ()
