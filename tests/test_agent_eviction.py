@@ -55,6 +55,15 @@ pools:
     count: 1
     cpu: "4"
     memory: 8Gi
+  - name: disk             # disk and pid pressure: kube's default disk thresholds, pid.available<100
+    count: 1
+    cpu: "4"
+    memory: 8Gi
+    ephemeralStorage: 10Gi
+    maxPids: 1000
+    kubeletConfiguration:
+      evictionHard: {nodefs.available: "10%", imagefs.available: "15%", pid.available: "100"}
+      evictionPressureTransitionPeriod: 1s
 """
 Mi = 2**20
 
@@ -89,10 +98,12 @@ def mesh(tmp_path_factory) -> Iterable[Mesh]:
 # ---- helpers ---------------------------------------------------------------------------------
 def mkpod(name: str, node: str, *, cpu: str = "100m", memory: Optional[str] = None, limits: bool = False,
           usage: Optional[str] = None, priority: int = 0, grace: int = 30, shutdown: Optional[str] = None,
-          best_effort: bool = False) -> Pod:
+          best_effort: bool = False, storage: Optional[str] = None) -> Pod:
     requests = {} if best_effort else {"cpu": parse_quantity(cpu)}
     if memory and not best_effort:
         requests["memory"] = parse_quantity(memory)
+    if storage:
+        requests["ephemeral-storage"] = parse_quantity(storage)
     annotations = {}
     if usage is not None:
         annotations["schedmesh.io/simulated-usage"] = usage
@@ -294,3 +305,57 @@ async def test_graceful_deletion_with_and_without_a_shutdown_time(mesh: Mesh) ->
         assert [(e.reason, e.message) for e in view.events_of(p) if e.reason == "Killing"] == [
             ("Killing", "Stopping container app")]
         assert p.uid not in view.cache.pods
+
+
+@pytest.mark.timeout(90)
+async def test_disk_then_pid_pressure(mesh: Mesh) -> None:
+    # nodefs and imagefs are one filesystem here: 10Mi + 8800Mi written leave 1430Mi, below imagefs's 15%.
+    writer = mkpod("writer", "disk-0", usage="ephemeral-storage=8800Mi", priority=10)
+    quiet = mkpod("quiet", "disk-0", usage="ephemeral-storage=10Mi", storage="1Gi")
+    await send(mesh.bootstrap, [pod_record(quiet, source="test-api")])
+    await until(mesh.bootstrap, all_running(quiet))
+    await send(mesh.bootstrap, [pod_record(writer, source="test-api")])
+    view, _ = await until(mesh.bootstrap, lambda v: v.phase(writer) == "Failed")
+    assert view.pod(writer).status_message == (
+        "The node was low on resource: ephemeral-storage. Threshold quantity: 1610612800, available: 1430Mi. "
+        "Container app was using 8800Mi, request is 0, has larger consumption of ephemeral-storage. ")
+    assert view.phase(quiet) == "Running"  # within its request: ranked after the writer despite its lower priority
+    assert "True" in view.pressure_history("disk-0", "DiskPressure")
+    view, _ = await until(mesh.bootstrap, lambda v: v.condition("disk-0", "DiskPressure") == "False")
+
+    forks = mkpod("forks", "disk-0", usage="pids=950", priority=100)
+    few = mkpod("few", "disk-0", usage="pids=10")
+    await send(mesh.bootstrap, [pod_record(p, source="test-api") for p in (forks, few)])
+    view, _ = await until(mesh.bootstrap, lambda v: v.phase(few) == "Failed")
+    # pid pressure ranks by priority first: the low-priority pod goes although it has few processes
+    assert view.pod(few).status_message == (
+        "The node was low on resource: pids. Threshold quantity: 100, available: 40. ")
+    assert view.phase(forks) == "Running" and "True" in view.pressure_history("disk-0", "PIDPressure")
+
+
+@pytest.mark.timeout(60)
+async def test_a_bad_simulation_annotation_is_refused_with_the_reason(mesh: Mesh) -> None:
+    bad = mkpod("bad-usage", "grace-0", usage="memory=lots")
+    await send(mesh.bootstrap, [pod_record(bad, source="test-api")])
+    view, _ = await until(mesh.bootstrap, lambda v: v.phase(bad) == "Failed")
+    problem = ("pod default/bad-usage: annotation schedmesh.io/simulated-usage: memory: 'lots' is not a quantity")
+    assert (view.pod(bad).status_reason, view.pod(bad).status_message) == (
+        "InvalidAnnotation", "Pod was rejected: " + problem)
+    assert [(e.type, e.reason, e.message) for e in view.events_of(bad)] == [("Warning", "InvalidAnnotation", problem)]
+
+
+# ---- the agent's helpers -----------------------------------------------------------------------
+def test_shutdown_seconds_and_failed_pod() -> None:
+    from schedmesh.mesh.agent import failed_pod, running_pod, shutdown_seconds
+    assert shutdown_seconds(mkpod("a", "n")) == 0.0
+    assert shutdown_seconds(mkpod("a", "n", shutdown="2.5")) == 2.5
+    for bad in ("soon", "-1"):
+        with pytest.raises(ValueError, match=rf"pod default/a: annotation schedmesh.io/simulated-shutdown-seconds: "
+                                             rf"'{bad}' is not a non-negative number of seconds"):
+            shutdown_seconds(mkpod("a", "n", shutdown=bad))
+    ran = failed_pod(running_pod(mkpod("a", "n"), 5.0), "Evicted", "low")
+    assert (ran.phase, ran.status_reason, ran.status_message, ran.start_time) == ("Failed", "Evicted", "low", 5.0)
+    assert [(c.type, c.status) for c in ran.conditions] == [
+        ("PodScheduled", "True"), ("Initialized", "True"), ("ContainersReady", "False"), ("Ready", "False")]
+    refused = failed_pod(mkpod("a", "n"), "OutOfcpu", "Pod was rejected: ...")
+    assert refused.conditions == [] and refused.phase == "Failed"
