@@ -329,7 +329,7 @@ class KubeletAgent:
                 await self.handle(r)
         finally:
             self._replaying = False
-        await self._admit_replayed()
+        await self._after_replay()
         await self.register()
         now = self.clock()
         for sn in self.nodes.values():
@@ -529,7 +529,7 @@ class KubeletAgent:
                 sp.pod = dataclasses.replace(sp.pod, meta=dataclasses.replace(
                     sp.pod.meta, deletion_timestamp=pod.meta.deletion_timestamp))
             return
-        if sp.state == RUNNING and (pod.phase != "Running" or pod.node_name != sn.name):
+        if sp.state == RUNNING and (pod.phase != "Running" or pod.node_name != sn.name) and not self._replaying:
             log.info("pod %s re-published as %s on %r by %s; asserting Running on %s", pod.key,
                      pod.phase or "Pending", pod.node_name, source or "?", sn.name)
             report = status_update(sp.pod, self.name)
@@ -544,6 +544,9 @@ class KubeletAgent:
             del self._where[uid]
             return False
         if pod.meta.deletion_timestamp:
+            if self._replaying:  # its tombstone may come later in the replay; else it is sent after
+                sn.ended[uid] = pod
+                return False
             # The kubelet deletes a terminal pod at once: its containers are already gone.
             del sn.ended[uid]
             del self._where[uid]
@@ -602,13 +605,19 @@ class KubeletAgent:
         log.info("rejected %s on %s: %s: %s", pod.key, sn.name, verdict.reason, verdict.message)
         return False
 
-    async def _admit_replayed(self) -> None:
-        """Admit, in creation order, the pods bound to our nodes while the agent was away."""
+    async def _after_replay(self) -> None:
+        """Delete the ended pods whose deletion was asked while the agent was away, then admit,
+        in creation order, the pods bound to our nodes meanwhile."""
+        for sn in self.nodes.values():
+            for uid, pod in list(sn.ended.items()):
+                if pod.meta.deletion_timestamp:
+                    await self._on_ended_pod(sn, pod, False, "")
         for sn in self.nodes.values():
             waiting = sorted((sp for sp in sn.pods.values() if not sp.admitted and sp.state == STARTING),
                              key=lambda sp: (sp.pod.meta.creation_timestamp or 0.0, sp.pod.uid))
-            for sp in waiting:
+            for sp in waiting:  # none counts until admitted
                 sn.remove(sp.pod.uid)
+            for sp in waiting:
                 if await self._admit(sn, sp.pod):
                     sp.admitted = True
                     sn.add(sp)
@@ -620,6 +629,8 @@ class KubeletAgent:
         problem = annotation_problem(pod)
         if problem is not None:
             log.warning("%s; keeping the previous annotations", problem)
+            if self._replaying:
+                return
             await self._send(event_batch_record([event_message(pod, INVALID_ANNOTATION, problem, self.name,
                                                                "Warning")]))
             return
@@ -656,6 +667,8 @@ class KubeletAgent:
         sn.update(sp, pod)
         self._timers.push(sp.kill_at, pod.uid)
         reason = first[0].reason if first else "Killing"
+        if self._replaying:  # a termination begun before our restart: its events were sent then
+            return
         with tracer.start_as_current_span("kill_pod", context=ctx, attributes={
                 "schedmesh.pod": pod.key, "schedmesh.node": sn.name, "schedmesh.grace_seconds": g,
                 "schedmesh.shutdown_seconds": wait, "schedmesh.reason": reason}):
