@@ -24,6 +24,7 @@ from schedmesh.bus import EventConsumer
 from schedmesh.mesh.cluster_cache import TOPIC_PODS
 from schedmesh.telemetry.testing import OtlpTraceReceiver
 from schedmesh.mesh.records import PodTopicFold
+from schedmesh.security.local import mesh_channel
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +57,7 @@ class RunningMesh:
     def __init__(self, base: Path, env: dict) -> None:
         self.base, self.env = base, env
         self.state = json.loads((base / ".schedmesh" / "mesh.json").read_text())
-        self.stub = queue_pb2_grpc.SchedulerStub(grpc.insecure_channel(self.state["scheduler"]))
+        self.stub = queue_pb2_grpc.SchedulerStub(mesh_channel(self.state))  # user's certificate and API token
     def wait_restarted(self, name: str, old_pid: int, timeout: float = 60) -> dict:
         """The supervisor of `schedmesh up` restarts a dead service on its port; wait for that."""
         deadline = time.time() + timeout

@@ -18,6 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from schedmesh.cli.supervisor import EMBEDDED_BROKER_LOSES, kafka_answers
+from schedmesh.security.local import mesh_channel
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find processes")
@@ -91,8 +92,8 @@ def mesh_pids(base: Path) -> set[int]:
     return pids | set(children(broker))
 
 
-def serving(port: int) -> bool:
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+def serving(base: Path, port: int) -> bool:
+    with mesh_channel(state(base), f"127.0.0.1:{port}") as ch:  # the user's certificate (mutual TLS)
         try:
             return health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=2).status == \
                 health_pb2.HealthCheckResponse.SERVING
@@ -113,7 +114,7 @@ def wait_restarted(base: Path, name: str, old: dict, timeout: float = 30) -> dic
     def back() -> bool:
         now = proc(base, name)
         return now["pid"] != old["pid"] and alive(now["pid"]) and (
-            serving(now["port"]) if now["health"] else kafka_answers(now["port"]))
+            serving(base, now["port"]) if now["health"] else kafka_answers(now["port"]))
     wait_for(f"{name} restarted and healthy", back, timeout)
     now = proc(base, name)
     assert now["port"] == old["port"]
@@ -129,7 +130,7 @@ def wait_all_dead(pids: set[int], timeout: float = 15) -> None:
 
 def bind_one(base: Path, name: str, timeout: float = 60) -> str:
     """Apply a pod through the Scheduler API and return the node it was bound to."""
-    with grpc.insecure_channel(state(base)["scheduler"]) as ch:
+    with mesh_channel(state(base)) as ch:  # the user's certificate and the API token
         stub = queue_pb2_grpc.SchedulerStub(ch)
         manifest = (f"apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n"
                     "spec:\n  containers: [{name: c, image: nginx, resources: {requests: {cpu: 100m}}}]\n")

@@ -24,6 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     from schedmesh.cli import mesh
     mesh.register(sub)
+    from schedmesh.cli import certs
+    p = sub.add_parser("certs", help="make the mesh's CA, service certificates and the user's client certificate")
+    certs.add_arguments(p)
+    p.set_defaults(func=certs.run)
     from schedmesh.bench import mesh_bench
     p = sub.add_parser("bench", help="benchmark scheduling throughput through the running mesh (JSON)")
     mesh_bench.add_arguments(p)

@@ -36,12 +36,15 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="KubeSchedulerConfiguration file (profiles, plugin weights)")
     p.add_argument("--detach", action="store_true", help="leave the mesh running in the background")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for every service to be SERVING")
+    p.add_argument("--insecure", action="store_true",
+                   help="plaintext gRPC on 127.0.0.1 instead of mutual TLS (no certificates; any local process "
+                        "can then call the binder and the shards)")
 
 
 def start_mesh(filter_workers: int = 0, score_workers: int = 0, pool: Optional[str] = None,
                config: Optional[str] = None, detach: bool = True, timeout: float = 120.0,
                base: Optional[Path] = None, quiet: bool = False,
-               tie_break: str = "random") -> tuple[MeshState, Optional[Supervisor]]:
+               tie_break: str = "random", tls: bool = True) -> tuple[MeshState, Optional[Supervisor]]:
     """Start the broker and every service under supervision, wait until all are healthy and write
     the state file.
 
@@ -78,7 +81,7 @@ def start_mesh(filter_workers: int = 0, score_workers: int = 0, pool: Optional[s
     say = (lambda s: None) if quiet else _err
     launch = dict(base=str(base), log_dir=str(log_dir), previous_logs=str(previous or ""),
                   filter_workers=filter_workers, score_workers=score_workers, pool=str(pool_path),
-                  config=config_path, timeout=timeout, tie_break=tie_break)
+                  config=config_path, timeout=timeout, tie_break=tie_break, tls=tls)
     if detach:
         return start_detached(launch, base, log_dir, say), None
     sup = Supervisor(log_dir, policy=RestartPolicy.from_env(start_timeout=timeout),
@@ -95,7 +98,7 @@ def start_mesh(filter_workers: int = 0, score_workers: int = 0, pool: Optional[s
 def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config: Optional[str],
                     filter_workers: int, score_workers: int, timeout: float, tie_break: str = "random",
                     previous_logs: str = "", detached: bool = False,
-                    say: Callable[[str], None] = lambda s: None) -> MeshState:
+                    say: Callable[[str], None] = lambda s: None, tls: bool = True) -> MeshState:
     """Start the broker and every service under `sup`, in dependency order, each healthy before what
     needs it; the state file is written from the first process on (so `down` can stop a mesh that
     is still starting) and kept current by `sup`. Runs in `up` (foreground) or in the detached
@@ -104,6 +107,16 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
                       score_shards=score_workers, status="starting", supervisor_pid=os.getpid(),
                       supervisor_started=process_start_ticks(os.getpid()), previous_logs=previous_logs,
                       supervisor_log=str(Path(log_dir) / SUPERVISOR_LOG) if detached else "")
+    # Mutual TLS between the services and a token for the Scheduler API (schedmesh.security).
+    from schedmesh.security import identity as ids
+    from schedmesh.security import local as local_security
+    security = local_security.prepare(state_path(Path(base)).parent, tls)
+    if security.note:
+        say(security.note)
+    sup.health_tls = security.admin
+    state.tls, state.token_file = tls, str(security.token_file)
+    if security.admin is not None:
+        state.ca, state.client_cert, state.client_key = security.admin.ca, security.admin.cert, security.admin.key
     sup.attach_state(state, state_path(Path(base)))
     bport = free_port()
     broker = sup.start("broker", "schedmesh.broker", ["--log-file", str(Path(log_dir) / "tansu.log")], bport,
@@ -118,9 +131,11 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
     for kind, n in (("filter", filter_workers), ("score", score_workers)):
         for i in range(n):
             workers.append(sup.start(f"{kind}-worker-{i}", f"services.{kind}_worker",
-                                     [*common, "--shard", str(i), "--shards", str(n), *cfg], free_port()))
-    binder = sup.start("binder", "services.binder", common, free_port())
-    agent = sup.start("kubelet-agent", "services.kubelet_agent", [*common, "--pool", pool], free_port())
+                                     [*common, "--shard", str(i), "--shards", str(n), *cfg], free_port(),
+                                     env=security.service_env(f"{kind}-worker")))
+    binder = sup.start("binder", "services.binder", common, free_port(), env=security.service_env(ids.BINDER))
+    agent = sup.start("kubelet-agent", "services.kubelet_agent", [*common, "--pool", pool], free_port(),
+                      env=security.service_env(ids.KUBELET_AGENT))
     say(f"starting {filter_workers} filter + {score_workers} score workers, binder, kubelet agent ..."
         if workers else "starting binder, kubelet agent ...")
     for info in (*workers, binder, agent):
@@ -130,7 +145,8 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
     sw = ",".join(f"127.0.0.1:{w.port}" for w in workers if w.name.startswith("score"))
     qm = sup.start("queue-manager", "services.queue_manager",
                    [*common, "--filter-workers", fw, "--score-workers", sw, "--binder",
-                    f"127.0.0.1:{binder.port}", "--tie-break", tie_break, *cfg], free_port())
+                    f"127.0.0.1:{binder.port}", "--tie-break", tie_break, *cfg], free_port(),
+                   env=security.service_env(ids.QUEUE_MANAGER))
     say("starting queue-manager ...")
     sup.wait_ready(qm, timeout)
     state.scheduler = f"127.0.0.1:{qm.port}"
@@ -159,6 +175,13 @@ def print_summary(state: MeshState) -> None:
     print(f"  supervisor: pid {state.supervisor_pid}{where}; restarts a service that exits or stays unhealthy")
     print(f"  logs: {state.log_dir}" + (f" (earlier runs' logs are kept: {state.previous_logs})"
                                         if state.previous_logs else ""))
+    from schedmesh.security.local import EMBEDDED_KAFKA_PLAINTEXT, PLAINTEXT_WARNING
+    if state.tls:
+        print(f"  security: mutual TLS between all services and for the CLI (CA {state.ca}); "
+              f"Scheduler API token in {state.token_file}")
+    else:
+        print(f"  security: {PLAINTEXT_WARNING} (token in {state.token_file})")
+    print(f"  {EMBEDDED_KAFKA_PLAINTEXT}")
     print("  broker: embedded, memory only: if it restarts its topics come back empty and the services "
           f"re-publish what they own; {EMBEDDED_BROKER_LOSES}")
     otlp = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -172,7 +195,7 @@ def print_summary(state: MeshState) -> None:
 def run_up(args: argparse.Namespace) -> int:
     if args.detach:
         state, _ = start_mesh(args.filter_workers, args.score_workers, args.pool, args.config, True,
-                              args.timeout, tie_break=args.tie_break)
+                              args.timeout, tie_break=args.tie_break, tls=not args.insecure)
         print_summary(state)
         print("detached: the supervisor keeps every service running; `schedmesh down` stops it all")
         return 0
@@ -186,7 +209,7 @@ def run_up(args: argparse.Namespace) -> int:
     for sig in signals:
         signal.signal(sig, interrupt)
     state, sup = start_mesh(args.filter_workers, args.score_workers, args.pool, args.config, False,
-                            args.timeout, tie_break=args.tie_break)
+                            args.timeout, tie_break=args.tie_break, tls=not args.insecure)
     for sig in signals:
         signal.signal(sig, lambda signum, frame: sup.stopping.set())
     try:
@@ -224,14 +247,17 @@ class Client:
         from schedmesh.v1 import queue_pb2_grpc
         self.state = state or load_state()
         self.timeout = timeout
-        self.channel = grpc.insecure_channel(self.state.scheduler, options=[
+        from schedmesh.security.local import mesh_client_credentials
+        tls, self.metadata = mesh_client_credentials(self.state)  # the local mesh's CA, client cert, token
+        from schedmesh.security.credentials import channel
+        self.channel = channel(self.state.scheduler, tls, options=[
             ("grpc.max_receive_message_length", 512 * 2**20), ("grpc.max_send_message_length", 512 * 2**20)])
         self.stub = queue_pb2_grpc.SchedulerStub(self.channel)
 
     def call(self, method: str, request, timeout: Optional[float] = None):
         import grpc
         try:
-            return getattr(self.stub, method)(request, timeout=timeout or self.timeout)
+            return getattr(self.stub, method)(request, timeout=timeout or self.timeout, metadata=self.metadata)
         except grpc.RpcError as e:
             code = e.code()
             if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and \

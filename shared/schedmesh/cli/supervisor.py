@@ -97,6 +97,12 @@ class MeshState:
     supervisor_started: int = 0  # its start time in clock ticks (Linux), so a reused pid is not taken for it
     supervisor_log: str = ""
     previous_logs: str = ""  # log directory of the run before this one, if any
+    # Security (schedmesh.security): the CLI's defaults for this mesh. tls=False: plaintext on loopback.
+    tls: bool = False
+    ca: str = ""  # CA certificate the services' certificates chain to
+    client_cert: str = ""  # the user's client certificate and key (identity schedmesh-admin)
+    client_key: str = ""
+    token_file: str = ""  # the Scheduler API's bearer token (0600)
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -285,11 +291,12 @@ def stop_mesh_processes(state: MeshState, log: Callable[[str], None], timeout: f
 
 # ------------------------------------------------------------------ readiness and health
 def _wait_health(target: str, proc: subprocess.Popen, info: ProcInfo, deadline: float,
-                 stopping: threading.Event) -> None:
+                 stopping: threading.Event, tls=None) -> None:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from schedmesh.security.credentials import channel
 
-    with grpc.insecure_channel(target) as ch:
+    with channel(target, tls) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while time.time() < deadline and not stopping.is_set():
             if proc.poll() is not None:
@@ -417,6 +424,7 @@ class _Child:
         self.check: Optional[concurrent.futures.Future] = None
         self.last_check = 0.0
         self.channel = None
+        self.env: dict[str, str] = {}
 
     def close_channel(self) -> None:
         if self.channel is not None:
@@ -446,6 +454,8 @@ class Supervisor:
         self.state: Optional[MeshState] = None
         self.state_file: Optional[Path] = None
         self._checks: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        # schedmesh.security.credentials.TLSFiles for health checks of mutual-TLS services (None: plaintext)
+        self.health_tls = None
 
     @property
     def procs(self) -> list[tuple[ProcInfo, subprocess.Popen]]:
@@ -464,10 +474,12 @@ class Supervisor:
 
     # ---------------------------------------------------------- starting
     def start(self, name: str, module: str, args: list[str], port: int, health: bool = True,
-              ready_text: str = "", timeout: float = 90.0) -> ProcInfo:
+              ready_text: str = "", timeout: float = 90.0, env: Optional[dict] = None) -> ProcInfo:
+        """`env`: this service's own variables on top of the supervisor's (its certificate)."""
         info = ProcInfo(name=name, module=module, port=port, log=str(self.log_dir / f"{name}.log"),
                         health=health, args=list(args))
         child = _Child(info, ready_text)
+        child.env = dict(env or {})
         self._spawn(child)
         self.children.append(child)
         self.record()
@@ -481,7 +493,7 @@ class Supervisor:
                           f"{info.restarts} ({info.last_restart})\n".encode())
                 log.flush()
             child.proc = subprocess.Popen([sys.executable, "-m", info.module, *info.args, "--port", str(info.port)],
-                                          env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                          env={**self.env, **child.env}, stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True)
         info.pid = child.proc.pid
         child.started_at = time.monotonic()
@@ -495,7 +507,7 @@ class Supervisor:
         child = self._child(info)
         deadline = time.time() + timeout
         if info.health:
-            _wait_health(f"127.0.0.1:{info.port}", child.proc, info, deadline, self.stopping)
+            _wait_health(f"127.0.0.1:{info.port}", child.proc, info, deadline, self.stopping, self.health_tls)
         else:
             _wait_tcp(info.port, child.proc, info, deadline, ready_text or child.ready_text, self.stopping)
         child.serving_once, child.last_ok = True, time.monotonic()
@@ -592,8 +604,8 @@ class Supervisor:
         if not child.info.health:
             return kafka_answers(child.info.port, self.policy.check_timeout)
         if child.channel is None:
-            import grpc
-            child.channel = grpc.insecure_channel(f"127.0.0.1:{child.info.port}", options=_HEALTH_CHANNEL_OPTIONS)
+            from schedmesh.security.credentials import channel
+            child.channel = channel(f"127.0.0.1:{child.info.port}", self.health_tls, _HEALTH_CHANNEL_OPTIONS)
         return _grpc_serving(child.channel, self.policy.check_timeout)
 
     # ---------------------------------------------------------- stopping

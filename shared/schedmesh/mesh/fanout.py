@@ -27,6 +27,7 @@ from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh.runtime import GRPC_OPTIONS
 from schedmesh.scheduling.cycle import Diagnosis, LocalEvaluator
+from schedmesh.security.credentials import TLSFiles, channel
 from schedmesh.telemetry import inject_grpc_metadata
 from schedmesh.v1 import scheduling_pb2 as spb
 from schedmesh.v1 import scheduling_pb2_grpc as sgrpc
@@ -55,7 +56,8 @@ class FanOutEvaluator(LocalEvaluator):
         return bool(self.filter_stubs or self.score_stubs)
 
     def _channel(self, target: str) -> grpc.Channel:
-        ch = grpc.insecure_channel(target, options=GRPC_OPTIONS)
+        # Mutual TLS with this process's certificate (the shards admit the queue-manager's only).
+        ch = channel(target, TLSFiles.from_env(), GRPC_OPTIONS)
         self._channels.append(ch)
         return ch
 

@@ -10,6 +10,9 @@ Environment:
   endpoint off.
 * ``SCHEDMESH_LOG_FORMAT`` (text | json), ``SCHEDMESH_VERBOSITY``, ``SCHEDMESH_LOG_LEVEL``:
   see :mod:`schedmesh.telemetry.logs`.
+* ``SCHEDMESH_TLS_CA`` / ``SCHEDMESH_TLS_CERT`` / ``SCHEDMESH_TLS_KEY``: serve mutual TLS and
+  check callers' identities (schedmesh.security); without them the server is plaintext, which
+  is allowed on a loopback address only. ``SCHEDMESH_API_TOKEN(_FILE)``: the Scheduler API's token.
 """
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from schedmesh.bus import EventConsumer, Record
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, ClusterCache
+from schedmesh.security.credentials import TLSFiles, is_loopback, token_from_env
+from schedmesh.security.interceptors import BearerTokenInterceptor, CallerIdentityInterceptor
 from schedmesh.telemetry import (
     TracingServerInterceptor,
     metrics,
@@ -64,7 +69,12 @@ class ServiceProcess:
         self.metrics_server: Optional[metrics.MetricsServer] = None
         configure_logging(name)
         setup_tracing(name)
-        self.server = grpc.aio.server(interceptors=[TracingServerInterceptor()], options=GRPC_OPTIONS)
+        self.tls: Optional[TLSFiles] = TLSFiles.from_env()
+        interceptors = [TracingServerInterceptor(), CallerIdentityInterceptor(tls_required=self.tls is not None)]
+        token = token_from_env()
+        if token:
+            interceptors.append(BearerTokenInterceptor(token))
+        self.server = grpc.aio.server(interceptors=interceptors, options=GRPC_OPTIONS)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.stopping = asyncio.Event()
@@ -82,7 +92,15 @@ class ServiceProcess:
         return t
 
     async def start(self) -> None:
-        bound = self.server.add_insecure_port(f"{self.host}:{self.port}")
+        address = f"{self.host}:{self.port}"
+        if self.tls is not None:
+            bound = self.server.add_secure_port(address, self.tls.server_credentials())
+        elif is_loopback(self.host):
+            log.warning("%s: plaintext gRPC on %s (loopback only): callers are not authenticated", self.name, address)
+            bound = self.server.add_insecure_port(address)
+        else:
+            raise RuntimeError(f"{self.name}: refusing plaintext gRPC on {self.host} (not a loopback address); "
+                               "set SCHEDMESH_TLS_CA, SCHEDMESH_TLS_CERT and SCHEDMESH_TLS_KEY")
         if bound == 0:
             raise RuntimeError(f"{self.name}: cannot listen on {self.host}:{self.port}")
         self.port = bound
@@ -92,7 +110,8 @@ class ServiceProcess:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
-        log.info("%s listening on %s:%d", self.name, self.host, self.port)
+        log.info("%s listening on %s:%d (%s)", self.name, self.host, self.port,
+                 "mutual TLS" if self.tls is not None else "plaintext")
 
     def _start_metrics(self) -> None:
         if self.metrics_port is None or self.metrics_server is not None:

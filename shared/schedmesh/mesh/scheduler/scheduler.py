@@ -21,7 +21,6 @@ import threading
 import time
 from typing import Optional
 
-import grpc
 from opentelemetry import trace
 
 from schedmesh.api import convert
@@ -32,6 +31,7 @@ from schedmesh.mesh import records
 from schedmesh.mesh.cluster_cache import TOPIC_EVENTS, ClusterCache
 from schedmesh.mesh.runtime import CacheFollower
 from schedmesh.queue.scheduling_queue import PriorityQueue
+from schedmesh.security.credentials import TLSFiles, channel
 from schedmesh.scheduling.cycle import SchedulingAlgorithm
 from schedmesh.v1 import binder_pb2_grpc, events_pb2, queue_pb2
 from schedmesh.v1 import scheduling_pb2 as spb
@@ -78,7 +78,8 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self._thread: Optional[threading.Thread] = None
         self._bind_queue: queue.SimpleQueue[AssumedPod] = queue.SimpleQueue()
         self._bind_thread: Optional[threading.Thread] = None
-        self._binder_channel = grpc.insecure_channel(cfg.binder)
+        # Mutual TLS with the queue-manager's certificate: the binder admits no other identity.
+        self._binder_channel = channel(cfg.binder, TLSFiles.from_env())
         self.binder = binder_pb2_grpc.BinderStub(self._binder_channel)
         self.loop_running = threading.Event()
         self.attempts = 0

@@ -1,0 +1,65 @@
+"""Who is who in the mesh: the identity each service's certificate carries (its common name), the
+DNS names it answers to in each deployment mode, and which identities may call which gRPC service.
+
+A certificate's subject CN is the service's role ("queue-manager", "binder", ...). Every replica
+of a role shares that identity: the rule "only the queue-manager may bind" is about the role.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+QUEUE_MANAGER = "queue-manager"
+BINDER = "binder"
+FILTER_WORKER = "filter-worker"
+SCORE_WORKER = "score-worker"
+KUBELET_AGENT = "kubelet-agent"
+PREEMPTION = "preemption"
+CONTROLLER_MANAGER = "controller-manager"
+KAFKA = "kafka"  # the broker in compose and Kubernetes
+#: The user's certificate (the CLI, and the local supervisor's health checks): a client only.
+ADMIN = "schedmesh-admin"
+
+#: Services that serve gRPC and call each other: their certificates are for both ends of a hop.
+SERVICE_IDENTITIES = (QUEUE_MANAGER, BINDER, FILTER_WORKER, SCORE_WORKER, KUBELET_AGENT, PREEMPTION,
+                      CONTROLLER_MANAGER, KAFKA)
+CLIENT_IDENTITIES = (ADMIN,)
+
+#: The Kubernetes namespace of deploy/kubernetes (its Services are <role>.<namespace>.svc...).
+K8S_NAMESPACE = "schedmesh"
+#: docker-compose.yml's project name: replicas are <project>-<service>-<n> on its network.
+COMPOSE_PROJECT = "schedmesh"
+#: Compose replicas a certificate names (docker-compose.yml publishes at most 10 per worker kind).
+COMPOSE_MAX_REPLICAS = 10
+
+#: gRPC services (full proto names) and the identities allowed to call them. Services not
+#: listed (grpc.health.v1.Health, the user-facing Scheduler API) take any certificate the CA
+#: signed; the Scheduler API also requires the bearer token.
+ALLOWED_CALLERS: dict[str, frozenset[str]] = {
+    # Only the queue-manager may commit bindings.
+    "schedmesh.v1.Binder": frozenset({QUEUE_MANAGER}),
+    # Only the queue-manager may install a ClusterView (its assumed and nominated pods) on a shard.
+    "schedmesh.v1.FilterWorker": frozenset({QUEUE_MANAGER}),
+    "schedmesh.v1.ScoreWorker": frozenset({QUEUE_MANAGER}),
+}
+
+
+def dns_names(identity: str) -> list[str]:
+    """Names a service answers to: localhost for `schedmesh up`, the compose service and replica
+    names, and the Kubernetes Service names (with a wildcard for StatefulSet pods behind a
+    headless Service, e.g. filter-worker-0.filter-worker.schedmesh.svc.cluster.local)."""
+    names = ["localhost", identity]
+    names += [f"{COMPOSE_PROJECT}-{identity}-{n}" for n in range(1, COMPOSE_MAX_REPLICAS + 1)]
+    for suffix in (f"{K8S_NAMESPACE}", f"{K8S_NAMESPACE}.svc", f"{K8S_NAMESPACE}.svc.cluster.local"):
+        names += [f"{identity}.{suffix}", f"*.{identity}.{suffix}"]
+    return names
+
+
+def caller_allowed(full_method: str, identity: Optional[str]) -> Optional[str]:
+    """None when `identity` may call `full_method` ("/package.Service/Method"), else why not."""
+    service = full_method.lstrip("/").split("/", 1)[0]
+    allowed = ALLOWED_CALLERS.get(service)
+    if allowed is None or identity in allowed:
+        return None
+    who = f"a caller with identity {identity!r}" if identity else "a caller without a client certificate"
+    return (f"{who} may not call {full_method}: only {', '.join(sorted(allowed))} may "
+            "(the identity is the common name of the peer's TLS certificate)")
