@@ -65,6 +65,16 @@ pools:
     kubeletConfiguration:
       evictionHard: {nodefs.available: "10%", imagefs.available: "15%", pid.available: "100"}
       evictionPressureTransitionPeriod: 1s
+  - name: soft             # a soft threshold only: 1 s of grace, evicted pods get at most 2 s
+    count: 1
+    cpu: "4"
+    memory: 4Gi
+    kubeletConfiguration:
+      evictionHard: {}
+      evictionSoft: {memory.available: 1Gi}
+      evictionSoftGracePeriod: {memory.available: 1s}
+      evictionMaxPodGracePeriod: 2
+      evictionPressureTransitionPeriod: 1s
 """
 Mi = 2**20
 
@@ -236,6 +246,23 @@ async def test_memory_pressure_evicts_by_kubes_ranking(mesh: Mesh) -> None:
     await send(mesh.bootstrap, [pod_batch_record([deletion_update(ended, time.time(), "test-api")], "test-api")])
     view, _ = await until(mesh.bootstrap, lambda v: b.uid in v.tombstones)
     assert b.uid not in view.cache.pods
+
+
+@pytest.mark.timeout(90)
+async def test_soft_threshold_waits_its_grace_and_caps_the_shutdown(mesh: Mesh) -> None:
+    # The pod would take 10 s to stop; a soft eviction gives it min(evictionMaxPodGracePeriod=2,
+    # terminationGracePeriodSeconds=30) seconds.
+    hog = mkpod("slow-hog", "soft-0", usage="memory=3.5Gi", shutdown="10")
+    await send(mesh.bootstrap, [pod_record(hog, source="test-api")])
+    view, _ = await until(mesh.bootstrap, lambda v: v.phase(hog) == "Failed", timeout=30)
+    failed_seen = time.time()
+    (evicted,) = [e for e in view.events_of(hog) if e.reason == "Evicted"]
+    (started,) = [e for e in view.events_of(hog) if e.reason == "Started"]
+    assert evicted.timestamp - started.timestamp >= 1.0  # the soft threshold's grace period ran first
+    stopped_after = failed_seen - evicted.timestamp
+    assert 2.0 <= stopped_after < 6.0, stopped_after  # not at once, not 10 s: the eviction's 2 s
+    assert view.pod(hog).status_message.startswith(
+        "The node was low on resource: memory. Threshold quantity: 1Gi, available: 512Mi. ")
 
 
 # ---- admission ---------------------------------------------------------------------------------
