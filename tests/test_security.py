@@ -221,37 +221,3 @@ def test_plaintext_only_on_loopback(monkeypatch) -> None:
     monkeypatch.setenv("SCHEDMESH_TLS_CA", "/x/ca.crt")
     with pytest.raises(CredentialsError, match="SCHEDMESH_TLS_CERT, SCHEDMESH_TLS_KEY not set"):
         TLSFiles.from_env()
-
-
-def test_embedded_tansu_serves_no_tls(tmp_path: Path) -> None:
-    """Why `up` keeps Kafka plaintext: Tansu 0.6.0 lists --cert/--key, but refuses the two together
-    and with --cert alone its listener still speaks plaintext Kafka (a TLS ClientHello gets no
-    answer). If a newer Tansu does TLS, this fails and the embedded broker can use it."""
-    import socket
-    import ssl
-    from schedmesh.broker.embedded import find_tansu_binary, free_port
-    from schedmesh.cli.supervisor import kafka_answers
-    d = tmp_path / "pki"
-    make_pki(d, identities=[ids.KAFKA], clients=[ids.ADMIN])
-    binary = find_tansu_binary()
-    both = subprocess.run([binary, "broker", "--cert", str(d / "kafka.crt"), "--key", str(d / "kafka.key")],
-                          capture_output=True, text=True, timeout=30)
-    assert both.returncode != 0 and "cannot be used with" in both.stderr
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen([binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-                             "--storage-engine", "memory://tansu/", "--cert", str(d / "kafka.pem")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={"PATH": os.environ["PATH"]})
-    try:
-        deadline = time.time() + 20
-        while not kafka_answers(port, 1) and time.time() < deadline:
-            time.sleep(0.1)
-        assert kafka_answers(port, 2), "plaintext Kafka answers on the --cert listener"
-        ctx = ssl.create_default_context(cafile=str(d / "ca.crt"))
-        ctx.load_cert_chain(str(d / f"{ids.ADMIN}.crt"), str(d / f"{ids.ADMIN}.key"))
-        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-            with pytest.raises((ssl.SSLError, OSError)):
-                ctx.wrap_socket(s, server_hostname="localhost").do_handshake()
-    finally:
-        proc.terminate()
-        proc.wait(10)

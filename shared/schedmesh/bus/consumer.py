@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import ConsumerStoppedError, KafkaError
 
 from schedmesh.bus.records import Record
+from schedmesh.security.credentials import kafka_client_options
 from schedmesh.bus.topics import TopicSpec, spec_for
 from schedmesh.bus.watch import (
     BrokerState,
@@ -93,7 +94,9 @@ class EventConsumer:
         self._on_restart = on_restart
         self._probe_interval = probe_interval
         self._poll_interval = poll_interval
-        self._options = {"request_timeout_ms": 5000, "fetch_max_wait_ms": fetch_max_wait_ms(), **consumer_options}
+        # SSL with the process's certificate when SCHEDMESH_KAFKA_TLS=1 (Apache Kafka with client auth)
+        self._options = {"request_timeout_ms": 5000, "fetch_max_wait_ms": fetch_max_wait_ms(),
+                         **kafka_client_options(), **consumer_options}
         self._watch = BrokerWatch(bootstrap_servers, client_id=f"{client_id}-watch")
         self._consumer: AIOKafkaConsumer | None = None
         self._monitor: asyncio.Task[None] | None = None

@@ -16,6 +16,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, TracerProvider
 
 from schedmesh.bus.records import Sent
+from schedmesh.security.credentials import kafka_client_options
 from schedmesh.bus.topics import ALL_TOPICS, TopicSpec, spec_for
 from schedmesh.bus.watch import (
     BrokerState,
@@ -96,7 +97,8 @@ class EventProducer:
         self._send_timeout = send_timeout
         self._tracer = trace.get_tracer("schedmesh.bus", tracer_provider=tracer_provider)
         self._trace_sends = trace_sends
-        self._options = {"request_timeout_ms": 5000, **producer_options}
+        # SSL with the process's certificate when SCHEDMESH_KAFKA_TLS=1 (Apache Kafka with client auth)
+        self._options = {"request_timeout_ms": 5000, **kafka_client_options(), **producer_options}
         self._watch = BrokerWatch(bootstrap_servers, client_id=f"{client_id}-watch")
         self._producer: AIOKafkaProducer | None = None
         self._monitor: asyncio.Task[None] | None = None

@@ -28,6 +28,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
 from schedmesh.bus.topics import TopicSpec, spec_for
+from schedmesh.security.credentials import kafka_client_options
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ class BrokerWatch:
                 bootstrap_servers=self._bootstrap,
                 client_id=self._client_id,
                 request_timeout_ms=int(self._timeout * 1000),
+                **kafka_client_options(),  # SSL when SCHEDMESH_KAFKA_TLS=1
             )
             await asyncio.wait_for(admin.start(), self._timeout)
             self._admin = admin
