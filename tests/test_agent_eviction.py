@@ -24,7 +24,7 @@ from schedmesh.api.types import Container, ObjectMeta, Pod
 from schedmesh.broker.embedded import EmbeddedBroker
 from schedmesh.bus import EventConsumer, EventProducer
 from schedmesh.mesh.cluster_cache import TOPIC_EVENTS, TOPIC_NODES, TOPIC_PODS, ClusterCache
-from schedmesh.mesh.records import deletion_update, expand, pod_batch_record, pod_record, publish
+from schedmesh.mesh.records import binding_update, deletion_update, expand, pod_batch_record, pod_record, publish
 from schedmesh.v1 import events_pb2
 
 from tests.mesh_harness import ServiceProc, free_port
@@ -379,6 +379,19 @@ async def test_a_bad_simulation_annotation_is_refused_with_the_reason(mesh: Mesh
     assert (view.pod(bad).status_reason, view.pod(bad).status_message) == (
         "InvalidAnnotation", "Pod was rejected: " + problem)
     assert [(e.type, e.reason, e.message) for e in view.events_of(bad)] == [("Warning", "InvalidAnnotation", problem)]
+
+
+@pytest.mark.timeout(60)
+async def test_a_pod_recreated_after_it_ended_starts_again(mesh: Mesh) -> None:
+    first = mkpod("again", "grace-0", cpu="5")
+    await send(mesh.bootstrap, [pod_record(first, source="test-api")])
+    await until(mesh.bootstrap, lambda v: v.phase(first) == "Failed")
+    # The same pod (same uid) applied again, pending; then a binder binds it, as a delta.
+    second = dataclasses.replace(mkpod("again", "", cpu="100m"), meta=first.meta)
+    await send(mesh.bootstrap, [pod_record(second, source="test-api"),
+                                pod_batch_record([binding_update(second, "grace-0", "test-binder")], "test-binder")])
+    view, _ = await until(mesh.bootstrap, lambda v: v.phase(first) == "Running")
+    assert view.pod(first).node_name == "grace-0" and view.pod(first).status_reason == ""
 
 
 # ---- restart -------------------------------------------------------------------------------------

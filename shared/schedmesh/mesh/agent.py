@@ -307,7 +307,8 @@ class KubeletAgent:
         self.evictors: list[Evictor] = (list(evictors) if evictors is not None
                                         else [NodePressureEvictor(eviction_interval)])
         self._where: dict[str, SimNode] = {}  # pod uid -> its node (running, terminating or ended there)
-        self._unbound: dict[str, object] = {}  # uid -> Pod proto of pods not bound yet (decoded once bound here)
+        # uid -> pods not bound yet, as Pod protos (decoded once bound here) or Pods (seen here before)
+        self._unbound: dict[str, object] = {}
         self._timers = Timers()  # pod transitions
         self._checks = Timers()  # evictor checks, by node name
         self._replaying = False
@@ -450,7 +451,7 @@ class KubeletAgent:
                 if u.node_name:
                     self._unbound.pop(u.uid, None)  # bound elsewhere
                 return
-            base = convert.pod_from_proto(msg)
+            base = msg if isinstance(msg, Pod) else convert.pod_from_proto(msg)
         if u.node_name:
             self._unbound.pop(u.uid, None)
         await self._on_pod(self._context(r, rec), apply_update(base, u), False, rec.source)
@@ -492,6 +493,8 @@ class KubeletAgent:
         if sn is None:
             target = self.nodes.get(pod.node_name)
             if target is None:
+                if not pod.node_name:  # re-created after it ended here, not bound yet: wait for its binding
+                    self._unbound[uid] = pod
                 return
             if is_terminal(pod):  # ended before we saw it (replay): remember it for its deletion
                 target.ended[uid] = pod
