@@ -5,6 +5,7 @@ round the way the API machinery rounds: `MilliValue()` and `Value()` round up.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -35,6 +36,13 @@ def parse_quantity(text: str | int | float) -> Fraction:
         return Fraction(str(text))
     if not isinstance(text, str):
         raise QuantityError(f"{text!r} is not a quantity")
+    return _parse_text(text)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_text(text: str) -> Fraction:
+    """The same few strings ("100m", "500Mi") arrive for every pod of a workload: parsed once
+    (Fractions are immutable, so sharing them is safe; errors are not cached)."""
     m = _QUANTITY.match(text.strip())
     if not m or text != text.strip():
         raise QuantityError(f"{text!r} is not a quantity")
