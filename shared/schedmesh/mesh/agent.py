@@ -65,7 +65,7 @@ from schedmesh.eviction.usage import NO_USAGE, PodUsage, SimulatedUsageError, po
 from schedmesh.mesh.binder import event_message
 from schedmesh.mesh.cluster_cache import TOPIC_EVENTS, TOPIC_NODES, TOPIC_PODS, is_terminal
 from schedmesh.mesh.nodepool import KubeletModel, PoolError, SimulatedNode, load_pool_file_simulated, ready_condition
-from schedmesh.mesh.records import (apply_node_update, apply_update, deletion_update, event_batch_record, expand,
+from schedmesh.mesh.records import (apply_node_update, apply_update, event_batch_record, expand,
                                     node_record, node_update, pod_batch_record, pod_record, status_update)
 from schedmesh.mesh.runtime import ServiceProcess
 from schedmesh.telemetry.propagation import extract_kafka_headers
@@ -221,13 +221,14 @@ class SimNode:
 
 @dataclass(frozen=True, slots=True)
 class Eviction:
-    """An evictor's verdict: terminate this pod of the node, with this Warning event."""
+    """An evictor's verdict: terminate this pod of the node, with this Warning event, and end it
+    in phase Failed with `end` (the kubelet does not delete the pods it evicts)."""
 
     uid: str
     reason: str  # Event reason, e.g. "Evicted"
     message: str
-    grace_seconds: Optional[int] = None  # None: the pod's terminationGracePeriodSeconds
-    end: Optional[PodEnd] = None  # the kubelet ends the pod (Failed); None: the pod is deleted
+    grace_seconds: Optional[int]  # None: the pod's terminationGracePeriodSeconds
+    end: PodEnd
 
 
 class Evictor(Protocol):
@@ -736,21 +737,15 @@ class KubeletAgent:
 
     async def evict(self, sn: SimNode, ev: Eviction) -> None:
         """Terminate a pod of `sn` on the kubelet's own initiative: a Warning event with the
-        evictor's reason; the pod then ends Failed (ev.end) or is deleted."""
+        evictor's reason, its containers stopped, then phase Failed (ev.end)."""
         sp = sn.pods.get(ev.uid)
         if sp is None or sp.state == TERMINATING:
             return
-        pod = sp.pod
-        with tracer.start_as_current_span("evict_pod", attributes={"schedmesh.pod": pod.key,
+        sp.end = ev.end
+        with tracer.start_as_current_span("evict_pod", attributes={"schedmesh.pod": sp.pod.key,
                                                                    "schedmesh.reason": ev.reason}):
-            if ev.end is not None:
-                sp.end = ev.end
-            else:  # everyone sees it terminating
-                pod = dataclasses.replace(pod, meta=dataclasses.replace(pod.meta, deletion_timestamp=self.clock()))
-                await self._send(pod_batch_record([deletion_update(pod, pod.meta.deletion_timestamp, self.name)],
-                                                  self.name))
-            warning = event_message(pod, ev.reason, ev.message, self.name, "Warning")
-            await self._begin_termination(sn, sp, pod, Context(), ev.grace_seconds, first=[warning])
+            warning = event_message(sp.pod, ev.reason, ev.message, self.name, "Warning")
+            await self._begin_termination(sn, sp, sp.pod, Context(), ev.grace_seconds, first=[warning])
 
     def _wake(self, sn: SimNode, when: float) -> None:
         """Ask the evictors about `sn` at `when` (or sooner, if already asked for)."""
