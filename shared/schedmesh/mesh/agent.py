@@ -68,6 +68,7 @@ from schedmesh.mesh.nodepool import KubeletModel, PoolError, SimulatedNode, load
 from schedmesh.mesh.records import (apply_node_update, apply_update, event_batch_record, expand,
                                     node_record, node_update, pod_batch_record, pod_record, status_update)
 from schedmesh.mesh.runtime import ServiceProcess
+from schedmesh.telemetry import metrics
 from schedmesh.telemetry.propagation import extract_kafka_headers
 from schedmesh.v1 import events_pb2
 
@@ -742,6 +743,7 @@ class KubeletAgent:
         if sp is None or sp.state == TERMINATING:
             return
         sp.end = ev.end
+        metrics.observe_eviction("NodePressure")
         with tracer.start_as_current_span("evict_pod", attributes={"schedmesh.pod": sp.pod.key,
                                                                    "schedmesh.reason": ev.reason}):
             warning = event_message(sp.pod, ev.reason, ev.message, self.name, "Warning")
