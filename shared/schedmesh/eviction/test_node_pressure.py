@@ -452,3 +452,19 @@ def test_clock_is_injected_and_capacity_from_the_node():
     m = EvictionManager(config(evictionHard={"memory.available": "100Mi"}), cap, clock=lambda: now[0])
     r = m.synchronize(pods=mem_pods())
     assert r.observations[MEMORY_AVAILABLE].time == T0 and len(r.evictions) == 1
+
+
+def test_settled_until_a_threshold_is_met_and_while_pressure_lasts():
+    m = EvictionManager(config(evictionHard={}, evictionSoft={"memory.available": "200Mi"},
+                               evictionSoftGracePeriod={"memory.available": "1m"},
+                               evictionPressureTransitionPeriod="10s"), MEM_NODE)
+    assert m.settled
+    calm, hog = [pod("a", usage={"memory": "10Mi"})], [pod("a", usage={"memory": "900Mi"})]
+    m.synchronize(T0, pods=calm)
+    assert m.settled
+    m.synchronize(T0 + 1, pods=hog)  # met, its grace period running: not settled
+    assert not m.settled and m.pressure == (MEMORY_PRESSURE,)
+    m.synchronize(T0 + 2, pods=calm)  # no longer met, but MemoryPressure lasts the transition period
+    assert not m.settled
+    m.synchronize(T0 + 12, pods=calm)
+    assert m.settled and m.pressure == ()
