@@ -510,6 +510,8 @@ class KubeletAgent:
             if is_terminal(pod) and pod.node_name in (sn.name, ""):
                 sn.ended[uid] = pod  # e.g. our own Failed report replayed at start
             else:
+                log.warning("pod %s on %s was bound again, to %s (by %s): its containers here stop", pod.key,
+                            sn.name, pod.node_name, source or "?")
                 del self._where[uid]
             self._wake(sn, now)
             return
@@ -685,8 +687,10 @@ class KubeletAgent:
         """Start the pods due now: one record of status reports and one of Started events."""
         now = self.clock()
         updates, events = [], []
-        for sn, sp in due:
-            pod = running_pod(sp.pod, now)
+        for i, (sn, sp) in enumerate(due):
+            # A kubelet reads the clock per pod it syncs: start times increase in start order
+            # (preemption prefers the node whose most important victims started last).
+            pod = running_pod(sp.pod, now + i * 1e-6)
             sp.state = RUNNING
             sn.update(sp, pod)
             if sp.usage is not NO_USAGE:
