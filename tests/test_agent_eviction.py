@@ -162,7 +162,7 @@ class View:
                 if c.type == type_]
 
 
-async def until(bootstrap: str, done: Callable[[View], bool], timeout: float = 20.0) -> tuple[View, float]:
+async def until(bootstrap: str, done: Callable[[View], bool], timeout: float = 40.0) -> tuple[View, float]:
     """Replay and follow pods, nodes and events until `done(view)`; also when it became true."""
     consumer = EventConsumer(bootstrap, [TOPIC_PODS, TOPIC_NODES, TOPIC_EVENTS],
                              client_id=f"test-{uuid.uuid4().hex[:6]}", probe_interval=None)
@@ -203,7 +203,7 @@ def all_running(*pods: Pod) -> Callable[[View], bool]:
 
 
 # ---- node-pressure eviction --------------------------------------------------------------------
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 async def test_memory_pressure_evicts_by_kubes_ranking(mesh: Mesh) -> None:
     # A uses the most above its request but has the higher priority; B exceeds its request too, at
     # priority 0; C uses the most memory of all, within its request. kube evicts B.
@@ -248,25 +248,25 @@ async def test_memory_pressure_evicts_by_kubes_ranking(mesh: Mesh) -> None:
     assert b.uid not in view.cache.pods
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 async def test_soft_threshold_waits_its_grace_and_caps_the_shutdown(mesh: Mesh) -> None:
-    # The pod would take 10 s to stop; a soft eviction gives it min(evictionMaxPodGracePeriod=2,
+    # The pod would take 20 s to stop; a soft eviction gives it min(evictionMaxPodGracePeriod=2,
     # terminationGracePeriodSeconds=30) seconds.
-    hog = mkpod("slow-hog", "soft-0", usage="memory=3.5Gi", shutdown="10")
+    hog = mkpod("slow-hog", "soft-0", usage="memory=3.5Gi", shutdown="20")
     await send(mesh.bootstrap, [pod_record(hog, source="test-api")])
-    view, _ = await until(mesh.bootstrap, lambda v: v.phase(hog) == "Failed", timeout=30)
+    view, _ = await until(mesh.bootstrap, lambda v: v.phase(hog) == "Failed", timeout=60)
     failed_seen = time.time()
     (evicted,) = [e for e in view.events_of(hog) if e.reason == "Evicted"]
     (started,) = [e for e in view.events_of(hog) if e.reason == "Started"]
     assert evicted.timestamp - started.timestamp >= 1.0  # the soft threshold's grace period ran first
     stopped_after = failed_seen - evicted.timestamp
-    assert 2.0 <= stopped_after < 6.0, stopped_after  # not at once, not 10 s: the eviction's 2 s
+    assert 2.0 <= stopped_after < 12.0, stopped_after  # not at once, not 20 s: the eviction's 2 s
     assert view.pod(hog).status_message.startswith(
         "The node was low on resource: memory. Threshold quantity: 1Gi, available: 512Mi. ")
 
 
 # ---- admission ---------------------------------------------------------------------------------
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 async def test_admission_refuses_what_does_not_fit(mesh: Mesh) -> None:
     cpu = mkpod("too-much-cpu", "small-0", cpu="2")
     memory = mkpod("too-much-memory", "small-0", memory="2Gi")
@@ -292,7 +292,7 @@ async def test_admission_refuses_what_does_not_fit(mesh: Mesh) -> None:
     assert sorted(p.pod.name for p in view.cache.snapshot.get("small-0").pods) == ["fill-0", "fill-1"]
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 async def test_best_effort_refused_under_memory_pressure(mesh: Mesh) -> None:
     await until(mesh.bootstrap, lambda v: v.condition("pressed-0", "MemoryPressure") == "True")
     best_effort = mkpod("best-effort", "pressed-0", best_effort=True)
@@ -307,7 +307,7 @@ async def test_best_effort_refused_under_memory_pressure(mesh: Mesh) -> None:
 
 
 # ---- graceful deletion -------------------------------------------------------------------------
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 async def test_graceful_deletion_with_and_without_a_shutdown_time(mesh: Mesh) -> None:
     quick = mkpod("quick", "grace-0", grace=30)  # no annotation: containers stop at once
     slow = mkpod("slow", "grace-0", grace=30, shutdown="2")  # takes 2 s to stop
@@ -331,17 +331,18 @@ async def test_graceful_deletion_with_and_without_a_shutdown_time(mesh: Mesh) ->
                 gone_at[p.uid] = time.monotonic() - asked
         return len(gone_at) == 3
 
-    view, _ = await until(mesh.bootstrap, record_deletions, timeout=30)
-    assert gone_at[quick.uid] < 1.5, gone_at  # well inside its 30 s grace period
-    assert 1.0 <= gone_at[capped.uid] < 5.0, gone_at
-    assert 2.0 <= gone_at[slow.uid] < 6.0, gone_at
+    view, _ = await until(mesh.bootstrap, record_deletions, timeout=60)
+    # (upper bounds leave room for a loaded machine; what matters is that none waits 30 s)
+    assert gone_at[quick.uid] < 5.0 and gone_at[quick.uid] < gone_at[slow.uid], gone_at  # at once
+    assert 1.0 <= gone_at[capped.uid] < 10.0, gone_at
+    assert 2.0 <= gone_at[slow.uid] < 10.0, gone_at
     for p in (quick, slow, capped):
         assert [(e.reason, e.message) for e in view.events_of(p) if e.reason == "Killing"] == [
             ("Killing", "Stopping container app")]
         assert p.uid not in view.cache.pods
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 async def test_disk_then_pid_pressure(mesh: Mesh) -> None:
     # nodefs and imagefs are one filesystem here: 10Mi + 8800Mi written leave 1430Mi, below imagefs's 15%.
     writer = mkpod("writer", "disk-0", usage="ephemeral-storage=8800Mi", priority=10)
@@ -370,7 +371,7 @@ async def test_disk_then_pid_pressure(mesh: Mesh) -> None:
     assert view.phase(forks) == "Running" and view.phase(quiet) == "Running"
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 async def test_a_bad_simulation_annotation_is_refused_with_the_reason(mesh: Mesh) -> None:
     bad = mkpod("bad-usage", "grace-0", usage="memory=lots")
     await send(mesh.bootstrap, [pod_record(bad, source="test-api")])
@@ -381,7 +382,7 @@ async def test_a_bad_simulation_annotation_is_refused_with_the_reason(mesh: Mesh
     assert [(e.type, e.reason, e.message) for e in view.events_of(bad)] == [("Warning", "InvalidAnnotation", problem)]
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 async def test_a_pod_recreated_after_it_ended_starts_again(mesh: Mesh) -> None:
     first = mkpod("again", "grace-0", cpu="5")
     await send(mesh.bootstrap, [pod_record(first, source="test-api")])
