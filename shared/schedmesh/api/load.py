@@ -1291,6 +1291,26 @@ def load_files(paths: Iterable[str | Path], *, strict_names: bool = False) -> Ma
     return out
 
 
+def _object_keys(m: Manifests) -> dict[tuple[str, str, str], str]:
+    keys = {("Pod", p.meta.namespace, p.meta.name): f"Pod {p.meta.namespace}/{p.meta.name}" for p in m.pods}
+    keys.update({("PodDisruptionBudget", p.meta.namespace, p.meta.name):
+                 f"PodDisruptionBudget {p.meta.namespace}/{p.meta.name}" for p in m.pdbs})
+    keys.update({("Node", "", n.name): f"Node {n.name}" for n in m.nodes})
+    keys.update({("PriorityClass", "", c.name): f"PriorityClass {c.name}" for c in m.priority_classes})
+    keys.update({("Namespace", "", n.name): f"Namespace {n.name}" for n in m.namespaces})
+    return keys
+
+
+def refuse_duplicates_across(first: Manifests, first_where: str, second: Manifests, second_where: str) -> None:
+    """Two requests read as one cluster (explain's --cluster and --pods): an object defined in both
+    is refused, as a duplicate within one request is, instead of one silently shadowing the other."""
+    seen = _object_keys(first)
+    for key, what in _object_keys(second).items():
+        if key in seen:
+            raise ManifestError(second_where, "metadata.name",
+                                f"Duplicate value: {_quote(key[2])}: {what} is also defined in {first_where}")
+
+
 # ---------------------------------------------------------------------------------------------
 # Admission: priority from PriorityClass
 # ---------------------------------------------------------------------------------------------

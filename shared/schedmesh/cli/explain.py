@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Optional, TextIO
 
-from schedmesh.api.load import Manifests, admit_all, load_files
+from schedmesh.api.load import Manifests, admit_all, load_files, refuse_duplicates_across
 from schedmesh.api.types import Pod
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState
@@ -160,6 +160,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     cluster = load_files(args.cluster)
     pending = load_files(args.pods)
+    refuse_duplicates_across(cluster, "--cluster " + " ".join(args.cluster), pending, "--pods " + " ".join(args.pods))
     classes = cluster.priority_classes + pending.priority_classes
     admit_all(cluster, classes)
     admit_all(pending, classes)

@@ -284,15 +284,13 @@ def add_apply_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_apply(args: argparse.Namespace) -> int:
     from schedmesh.v1 import queue_pb2
+    from schedmesh.api.load import ManifestError, read_manifest
     texts = []
     for f in args.filename:
-        if f == "-":
-            texts.append(("<stdin>", sys.stdin.read()))
-        else:
-            try:
-                texts.append((f, Path(f).read_text()))
-            except OSError as e:
-                raise MeshError(f"{f}: {e.strerror}") from None
+        try:  # the capped reader: a huge file is refused after MAX_MANIFEST_BYTES, not read whole
+            texts.append(("<stdin>" if f == "-" else f, read_manifest(f)))
+        except ManifestError as e:
+            raise MeshError(str(e)) from None
     c = _client()
     try:
         for source, text in texts:

@@ -5,16 +5,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import Optional
 
 import grpc
 
 from schedmesh.api import convert
-from schedmesh.api.load import ManifestError, admit_all, load_text
+from schedmesh.api.load import ManifestError, Manifests, admit_all, load_text
+from schedmesh.api.types import Node, Pod
+from schedmesh.api.update import merged_pod, pod_changed, pod_update_error
 from schedmesh.bus import EventProducer
+from schedmesh.eviction.taint_eviction import default_toleration_seconds
 from schedmesh.mesh import records
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
+from schedmesh.mesh.cluster_cache import is_terminal
 from schedmesh.mesh.scheduler.scheduler import QueueManager
+from schedmesh.mesh.scheduler.state import IN_FLIGHT
 
 log = logging.getLogger("schedmesh.queue_manager")
 
@@ -24,44 +30,142 @@ async def _publish_concurrently(producer: EventProducer, recs: list, window: int
         await asyncio.gather(*(producer.send(t, v, key=k) for t, k, v in recs[i:i + window]))
 
 
+def _comparable(obj):
+    """An object as its record would carry it (a cache may hold equal values in other types)."""
+    if isinstance(obj, Node):
+        return convert.node_to_proto(obj).SerializeToString(deterministic=True)
+    return obj
+
+
+@dataclass
+class ApplyPlan:
+    """One Apply's outcome: the objects to publish, kubectl's lines, the refusals."""
+    publish: Manifests = field(default_factory=Manifests)
+    lines: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, kind: str, name: str, obj, live, publish_to: list) -> None:
+        if live is None:
+            publish_to.append(obj)
+            self.lines.append(f"{kind}/{name} created")
+        elif _comparable(obj) != _comparable(live):
+            publish_to.append(obj)
+            self.lines.append(f"{kind}/{name} configured")
+        else:
+            self.lines.append(f"{kind}/{name} unchanged")
+
+
 class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
     def __init__(self, qm: QueueManager) -> None:
         self.qm = qm
 
     async def Apply(self, request, context):
+        """kubectl apply: each object is created, configured (changed) or unchanged. An existing
+        pod keeps its binding and status; a change the API server forbids (most of a pod's spec)
+        refuses the whole request, nothing applied. Names are validated as the API server does
+        (strict_names; explain's recorded inputs are lenient, see schedmesh.api.load)."""
         qm = self.qm
         try:
-            m = load_text(request.manifest, request.source or "<manifest>")
+            m = load_text(request.manifest, request.source or "<manifest>", strict_names=True)
             with qm.cache.lock:
                 classes = list(qm.cache.priority_classes.values())
             admit_all(m, classes)
+            for p in m.pods:  # kube-apiserver's DefaultTolerationSeconds admission (not-ready, unreachable: 300 s)
+                p.tolerations = default_toleration_seconds(p.tolerations)
         except ManifestError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        plan = await self._plan(m)
+        if plan.errors:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "\n".join(plan.errors) + "\n(nothing was applied)")
         now = time.time()
-        for p in m.pods:
+        for p in plan.publish.pods:
             if p.meta.creation_timestamp is None:
                 p.meta.creation_timestamp = now
             p.meta.resource_version = qm.next_resource_version()
         # Its own pods come back through Kafka; the cache then takes these objects as they are.
-        qm.cache.expect(m.pods)
-        recs = records.manifest_records(m, source=qm.cfg.client_id)
+        qm.cache.expect(plan.publish.pods)
+        recs = records.manifest_records(plan.publish, source=qm.cfg.client_id)
+        pod_recs = recs[-1:] if plan.publish.pods else []  # the pods are one batch record, last
         # Cluster-scoped objects and nodes first, then the pods; within a group, concurrently.
-        n_pods = len(m.pods)
-        await _publish_concurrently(qm.producer, recs[:len(recs) - n_pods])
+        await _publish_concurrently(qm.producer, recs[:len(recs) - len(pod_recs)])
         with qm.cache.lock:
             # Write-through: a pod applied right after its PriorityClass (in the next Apply)
             # must find the class even before the record comes back from the broker.
-            for pc in m.priority_classes:
+            for pc in plan.publish.priority_classes:
                 qm.cache.priority_classes[pc.name] = pc
-        await _publish_concurrently(qm.producer, recs[len(recs) - n_pods:])
-        for n in m.nodes:
+        await _publish_concurrently(qm.producer, pod_recs)
+        for n in plan.publish.nodes:
             qm.applied_nodes[n.name] = n
-        out = [f"namespace/{n.name} created" for n in m.namespaces]
-        out += [f"priorityclass/{c.name} created" for c in m.priority_classes]
-        out += [f"pdb/{p.meta.namespace}/{p.meta.name} created" for p in m.pdbs]
-        out += [f"node/{n.name} created" for n in m.nodes]
-        out += [f"pod/{p.namespace}/{p.name} created" for p in m.pods]
-        return queue_pb2.ApplyResponse(applied=out)
+        if qm.store is not None:  # durable local state: what was applied survives down/up
+            qm.store.record(plan.publish)
+        return queue_pb2.ApplyResponse(applied=plan.lines)
+
+    async def _plan(self, m):
+        """What to publish for an applied manifest and kubectl's line for each object."""
+        qm = self.qm
+        plan = ApplyPlan()
+        with qm.cache.lock:
+            live_ns = {n.name: n for n in qm.cache.namespaces()}
+            live_pcs = dict(qm.cache.priority_classes)
+            live_pdbs = dict(qm.cache.pdbs)
+            live_nodes = {ni.node.name: ni.node for ni in qm.cache.snapshot.node_info_list if ni.node is not None}
+            live_pods: dict[tuple[str, str], Pod] = {}
+            for p in qm.cache.pods.values():
+                old = live_pods.get((p.namespace, p.name))
+                if old is None or (is_terminal(old) and not is_terminal(p)):  # a live pod before a terminal one
+                    live_pods[(p.namespace, p.name)] = p
+        for ns in m.namespaces:
+            plan.add("namespace", ns.name, ns, live_ns.get(ns.name), plan.publish.namespaces)
+        for pc in m.priority_classes:
+            live = live_pcs.get(pc.name)
+            if live is not None and live.value != pc.value:
+                plan.errors.append(f'PriorityClass.scheduling.k8s.io "{pc.name}" is invalid: value: Forbidden: '
+                                   "may not be changed in an update.")
+                continue
+            plan.add("priorityclass", pc.name, pc, live, plan.publish.priority_classes)
+        for pdb in m.pdbs:
+            live = live_pdbs.get(f"{pdb.meta.namespace}/{pdb.meta.name}")
+            if live is not None:  # the disruption controller's status stays
+                pdb = replace(live, meta=replace(live.meta, labels=pdb.meta.labels, annotations=pdb.meta.annotations),
+                              selector=pdb.selector, min_available=pdb.min_available,
+                              max_unavailable=pdb.max_unavailable)
+            plan.add("poddisruptionbudget.policy", f"{pdb.meta.namespace}/{pdb.meta.name}", pdb, live,
+                     plan.publish.pdbs)
+        for n in m.nodes:
+            live = live_nodes.get(n.name)
+            if live is not None:  # the kubelet's conditions and images stay
+                n = replace(n, meta=replace(live.meta, labels=n.meta.labels, annotations=n.meta.annotations),
+                            conditions=live.conditions, images=n.images or live.images)
+            plan.add("node", n.name, n, live, plan.publish.nodes)
+        for p in m.pods:
+            live = live_pods.get((p.namespace, p.name))
+            if live is not None and not live.node_name:
+                live = await self._settled(live)  # not while its binding is on its way
+            if live is None:
+                plan.publish.pods.append(p)
+                plan.lines.append(f"pod/{p.namespace}/{p.name} created")
+                continue
+            merged = merged_pod(p, live)
+            error = pod_update_error(merged, live)
+            if error:
+                plan.errors.append(error)
+            elif pod_changed(merged, live):
+                plan.publish.pods.append(merged)
+                plan.lines.append(f"pod/{p.namespace}/{p.name} configured")
+            else:
+                plan.lines.append(f"pod/{p.namespace}/{p.name} unchanged")
+        return plan
+
+    async def _settled(self, pod: Pod, timeout: float = 15.0) -> Optional[Pod]:
+        """The pod as the cache knows it once no binding of it is in flight: an update must not
+        be decided against (and re-publish) the unbound copy of a pod the binder is binding."""
+        qm = self.qm
+        deadline = time.monotonic() + timeout
+        while qm.queue_name(pod, {}) == IN_FLIGHT and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            pod = qm.cache.pods.get(pod.uid, pod)
+        return qm.cache.pods.get(pod.uid)
 
     async def Delete(self, request, context):
         qm = self.qm

@@ -69,6 +69,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self.notes: dict[str, PodNotes] = {}
         self._notes_lock = threading.Lock()
         self.applied_nodes: dict[str, Node] = {}
+        self.store = None  # an AppliedStore: what was applied, kept across down/up (embedded mode)
         self.cache.listeners.append(self._on_change)
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.producer: Optional[EventProducer] = None
