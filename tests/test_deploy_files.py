@@ -51,7 +51,8 @@ def test_compose_services_and_healthchecks():
     for name, s in services.items():
         assert "healthcheck" in s and s["healthcheck"]["test"], f"{name} has no healthcheck"
         if name in SCHEDMESH_SERVICES:
-            assert "grpc_health" in " ".join(s["healthcheck"]["test"]), name
+            # grpc.health.v1 over mutual TLS with the container's certificate
+            assert "schedmesh.security.healthcheck" in " ".join(s["healthcheck"]["test"]), name
             assert f"127.0.0.1:{PORT}" in " ".join(s["healthcheck"]["test"]), name
             assert s["environment"]["SCHEDMESH_PORT"] == str(PORT)
             assert s["environment"]["SCHEDMESH_HOST"] == "0.0.0.0"
@@ -105,8 +106,10 @@ def test_kubernetes_manifests():
                 assert "readinessProbe" in c and "livenessProbe" in c, name
                 if name in SCHEDMESH_SERVICES:
                     _assert_service_module(_module_of(c["args"]))
-                    assert c["readinessProbe"]["grpc"]["port"] == PORT
-                    assert c["livenessProbe"]["grpc"]["port"] == PORT
+                    # grpc.health.v1 over mutual TLS (kubelet's gRPC probe has no client certificate)
+                    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                        assert c[probe]["exec"]["command"] == ["python", "-m", "schedmesh.security.healthcheck",
+                                                               f"127.0.0.1:{PORT}"], (name, probe)
                     assert c["ports"][0]["containerPort"] == PORT
                     assert "command" not in c, "command would bypass the image entrypoint"
     for name in SCHEDMESH_SERVICES:

@@ -67,14 +67,14 @@ def pki(base: Path) -> Path:
 
 
 def wait_bound(base: Path, name: str, timeout: float = 60) -> str:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        r = schedmesh("get", "pods", "-o", "json", cwd=base, timeout=30)
-        assert r.returncode == 0, r.stderr
-        for v in json.loads(r.stdout).get("pods", []):
-            if v["pod"]["metadata"]["name"] == name and v["pod"].get("nodeName"):
-                return v["pod"]["nodeName"]
-        time.sleep(0.5)
+    with mesh_channel(state(base)) as ch:  # the local defaults, as the CLI uses them
+        stub = queue_pb2_grpc.SchedulerStub(ch)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for v in stub.GetPods(queue_pb2.GetRequest(namespace="default"), timeout=30).pods:
+                if v.pod.metadata.name == name and v.pod.node_name:
+                    return v.pod.node_name
+            time.sleep(0.3)
     raise AssertionError(f"pod {name} not bound within {timeout}s")
 
 
@@ -99,6 +99,8 @@ def test_up_says_tls_and_cli_works_with_local_defaults(mesh) -> None:
     r = schedmesh("apply", "-f", "p.yaml", cwd=base)
     assert r.returncode == 0 and "pod/default/through-tls created" in r.stdout, r.stderr
     assert wait_bound(base, "through-tls").startswith("general-")
+    r = schedmesh("get", "pods", cwd=base, timeout=30)
+    assert r.returncode == 0 and "through-tls" in r.stdout and "general-" in r.stdout, r.stderr
 
 
 def test_services_refuse_plaintext_and_certificates_of_another_ca(mesh, tmp_path: Path) -> None:
@@ -138,8 +140,9 @@ def test_only_the_queue_manager_may_bind(mesh) -> None:
                 assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED, who
                 assert f"identity {who!r} may not call /schedmesh.v1.Binder/" in e.value.details()
                 assert "only queue-manager may" in e.value.details()
-    r = schedmesh("get", "pods", "-o", "json", cwd=base, timeout=30)
-    assert "ghost" not in r.stdout  # nothing was bound
+    with mesh_channel(state(base)) as ch:  # nothing was bound
+        pods = queue_pb2_grpc.SchedulerStub(ch).GetPods(queue_pb2.GetRequest(), timeout=30).pods
+    assert "ghost" not in {v.pod.metadata.name for v in pods}
 
 
 def test_only_the_queue_manager_may_install_a_view_on_a_shard(mesh) -> None:
@@ -221,3 +224,14 @@ def test_plaintext_only_on_loopback(monkeypatch) -> None:
     monkeypatch.setenv("SCHEDMESH_TLS_CA", "/x/ca.crt")
     with pytest.raises(CredentialsError, match="SCHEDMESH_TLS_CERT, SCHEDMESH_TLS_KEY not set"):
         TLSFiles.from_env()
+
+
+def test_container_health_check_uses_the_container_certificate(mesh) -> None:
+    base, _ = mesh
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCHEDMESH_"))}
+    check = [sys.executable, "-m", "schedmesh.security.healthcheck", target(base, "binder")]
+    ok = subprocess.run(check, env={**env, **files(pki(base), ids.BINDER).env()}, capture_output=True, text=True,
+                        timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    plain = subprocess.run(check, env=env, capture_output=True, text=True, timeout=30)
+    assert plain.returncode == 1 and "UNAVAILABLE" in plain.stderr

@@ -2,6 +2,7 @@
 with the key usages mutual TLS needs; bad input is a clear error. No mesh needed."""
 from __future__ import annotations
 
+import base64
 import datetime
 import ipaddress
 import subprocess
@@ -60,6 +61,7 @@ def test_chain_sans_and_key_usage(pki: Path) -> None:
                         verification.DNSName(f"schedmesh-{name}-3"),  # compose replica
                         verification.DNSName(f"{name}.schedmesh.svc.cluster.local"),  # Kubernetes Service
                         verification.DNSName(f"{name}-0.{name}.schedmesh.svc.cluster.local"),  # StatefulSet pod
+                        verification.DNSName(f"{name}-1.{name}"),  # the same, as the manifests name it
                         verification.DNSName("sched.example.com"),
                         verification.IPAddress(ipaddress.ip_address("10.1.2.3"))):
             verifier = verification.PolicyBuilder().store(store).build_server_verifier(subject)
@@ -83,10 +85,19 @@ def test_chain_sans_and_key_usage(pki: Path) -> None:
 
 def test_kubernetes_secrets_hold_one_identity_each_and_never_the_ca_key(pki: Path) -> None:
     docs = list(yaml.safe_load_all((pki / "secrets.yaml").read_text()))
-    assert {d["metadata"]["name"] for d in docs} == {f"schedmesh-tls-{n}"
-                                                      for n in (*ids.SERVICE_IDENTITIES, *ids.CLIENT_IDENTITIES)}
-    for d in docs:
-        assert set(d["data"]) == {"ca.crt", "tls.crt", "tls.key"} and d["metadata"]["namespace"] == "schedmesh"
+    by_name = {d["metadata"]["name"]: d for d in docs}
+    assert set(by_name) == {f"schedmesh-tls-{n}" for n in (*ids.SERVICE_IDENTITIES, *ids.CLIENT_IDENTITIES)} | {
+        "schedmesh-api-token"}
+    for name, d in by_name.items():
+        assert d["metadata"]["namespace"] == "schedmesh"
+        if name == "schedmesh-api-token":
+            assert base64.b64decode(d["data"]["token"]).decode() == (pki / "token").read_text().strip()
+        elif name == "schedmesh-tls-kafka":
+            assert set(d["data"]) == {"ca.crt", "tls.crt", "tls.key", "kafka.pem"}
+        else:
+            assert set(d["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+    assert "BEGIN PRIVATE KEY" not in base64.b64decode(by_name["schedmesh-tls-binder"]["data"]["ca.crt"]).decode()
+    assert base64.b64decode(by_name["schedmesh-tls-binder"]["data"]["ca.crt"]) == (pki / "pki" / "ca.crt").read_bytes()
     assert (pki / "secrets.yaml").stat().st_mode & 0o777 == 0o600
 
 

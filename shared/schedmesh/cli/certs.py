@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token", metavar="FILE", help="also write a new Scheduler API token to FILE (mode 0600)")
     p.add_argument("--kubernetes-secrets", metavar="FILE",
                    help="also write one Kubernetes Secret per identity (schedmesh-tls-<identity>: ca.crt, tls.crt, "
-                        "tls.key; never the CA key) to FILE, for deploy/kubernetes")
+                        "tls.key; never the CA key), and schedmesh-api-token with --token, to FILE, for "
+                        "deploy/kubernetes")
 
 
 def _validate_name(name: str, flag: str) -> str:
@@ -40,16 +41,25 @@ def _validate_name(name: str, flag: str) -> str:
     return name
 
 
-def kubernetes_secrets(directory: Path, names: list[str], namespace: str = ids.K8S_NAMESPACE) -> str:
+def _secret(name: str, data: dict[str, bytes], namespace: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "schedmesh"}},
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+
+
+def kubernetes_secrets(directory: Path, names: list[str], token_file: Path | None = None,
+                       namespace: str = ids.K8S_NAMESPACE) -> str:
+    """One Secret per identity (what deploy/kubernetes mounts), and the API token's Secret."""
     import yaml
     docs = []
     for name in names:
         f = PKIFiles(directory, name)
         data = {"ca.crt": f.ca.read_bytes(), "tls.crt": f.cert.read_bytes(), "tls.key": f.key.read_bytes()}
-        docs.append({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                     "metadata": {"name": f"schedmesh-tls-{name}", "namespace": namespace,
-                                  "labels": {"app.kubernetes.io/part-of": "schedmesh"}},
-                     "data": {k: base64.b64encode(v).decode() for k, v in data.items()}})
+        if name == ids.KAFKA:  # Kafka's PEM keystore: key and certificate in one file
+            data["kafka.pem"] = (directory / "kafka.pem").read_bytes()
+        docs.append(_secret(f"schedmesh-tls-{name}", data, namespace))
+    if token_file is not None:
+        docs.append(_secret("schedmesh-api-token", {"token": token_file.read_text().strip().encode()}, namespace))
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
@@ -77,8 +87,9 @@ def run(args: argparse.Namespace) -> int:
         write_token(Path(args.token))
         print(f"wrote a new API token to {args.token}")
     if args.kubernetes_secrets:
-        Path(args.kubernetes_secrets).write_text(kubernetes_secrets(out, [*identities, *clients]))
+        token = Path(args.token) if args.token else None
+        Path(args.kubernetes_secrets).write_text(kubernetes_secrets(out, [*identities, *clients], token))
         Path(args.kubernetes_secrets).chmod(0o600)
-        print(f"wrote {len(identities) + len(clients)} Secrets to {args.kubernetes_secrets} "
+        print(f"wrote {len(identities) + len(clients) + bool(args.token)} Secrets to {args.kubernetes_secrets} "
               "(`kubectl apply -f` it; it holds private keys)")
     return 0

@@ -49,6 +49,9 @@ def dns_names(identity: str) -> list[str]:
     headless Service, e.g. filter-worker-0.filter-worker.schedmesh.svc.cluster.local)."""
     names = ["localhost", identity]
     names += [f"{COMPOSE_PROJECT}-{identity}-{n}" for n in range(1, COMPOSE_MAX_REPLICAS + 1)]
+    # StatefulSet pods by their short names (filter-worker-0.filter-worker, kafka-0.kafka):
+    # a wildcard over a one-label name is not honoured by TLS clients
+    names += [f"{identity}-{n}.{identity}" for n in range(COMPOSE_MAX_REPLICAS)]
     for suffix in (f"{K8S_NAMESPACE}", f"{K8S_NAMESPACE}.svc", f"{K8S_NAMESPACE}.svc.cluster.local"):
         names += [f"{identity}.{suffix}", f"*.{identity}.{suffix}"]
     return names
@@ -63,3 +66,26 @@ def caller_allowed(full_method: str, identity: Optional[str]) -> Optional[str]:
     who = f"a caller with identity {identity!r}" if identity else "a caller without a client certificate"
     return (f"{who} may not call {full_method}: only {', '.join(sorted(allowed))} may "
             "(the identity is the common name of the peer's TLS certificate)")
+
+
+def _topic_writers() -> dict[str, frozenset[str]]:
+    from schedmesh.bus import topics as t
+    qm_agent = frozenset({QUEUE_MANAGER, KUBELET_AGENT})
+    # Writers as docs/mesh.md lists them. The binder writes bindings and Scheduled events; the
+    # preemption service and the controller-manager act on pods (evictions, deletions) and
+    # say so in events.
+    pods_writers = frozenset({QUEUE_MANAGER, BINDER, KUBELET_AGENT, PREEMPTION, CONTROLLER_MANAGER})
+    return {
+        t.NAMESPACES: frozenset({QUEUE_MANAGER}),
+        t.PRIORITY_CLASSES: frozenset({QUEUE_MANAGER}),
+        t.PDBS: frozenset({QUEUE_MANAGER, CONTROLLER_MANAGER}),  # the disruption controller writes status
+        t.NODES: qm_agent | {CONTROLLER_MANAGER},  # node lifecycle: conditions and taints
+        t.LEASES: frozenset({KUBELET_AGENT}),
+        t.PODS: pods_writers,
+        t.EVENTS: pods_writers,
+    }
+
+
+#: Kafka topic -> the identities that may write it (Apache Kafka ACLs in compose and Kubernetes:
+#: schedmesh.security.kafka_acls). Every service may read every topic.
+TOPIC_WRITERS: dict[str, frozenset[str]] = _topic_writers()

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from schedmesh.security import identity as ids
 from schedmesh.security.credentials import ENV_TOKEN_FILE, TLSFiles, write_token
 from schedmesh.security.pki import PKIFiles, ensure_pki
+
+if TYPE_CHECKING:
+    import grpc
 
 PKI_DIR = "pki"
 TOKEN_FILE = "token"
