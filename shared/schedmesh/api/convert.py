@@ -265,7 +265,9 @@ def priority_class_from_proto(m: pb.PriorityClass) -> PriorityClass:
 
 def pdb_to_proto(p: PodDisruptionBudget) -> pb.PodDisruptionBudget:
     out = pb.PodDisruptionBudget(min_available=p.min_available or "", max_unavailable=p.max_unavailable or "",
-                                 disruptions_allowed=p.disruptions_allowed, disrupted_pods=p.disrupted_pods)
+                                 disruptions_allowed=p.disruptions_allowed, disrupted_pods=p.disrupted_pods,
+                                 expected_pods=p.expected_pods, current_healthy=p.current_healthy,
+                                 desired_healthy=p.desired_healthy)
     meta_to(p.meta, out.metadata)
     if p.selector is not None:
         selector_to(p.selector, out.selector)
@@ -275,7 +277,9 @@ def pdb_to_proto(p: PodDisruptionBudget) -> pb.PodDisruptionBudget:
 def pdb_from_proto(m: pb.PodDisruptionBudget) -> PodDisruptionBudget:
     return PodDisruptionBudget(meta=meta_from(m.metadata), selector=selector_from(m.selector, m.HasField("selector")),
                                min_available=m.min_available or None, max_unavailable=m.max_unavailable or None,
-                               disruptions_allowed=m.disruptions_allowed, disrupted_pods=dict(m.disrupted_pods))
+                               disruptions_allowed=m.disruptions_allowed, disrupted_pods=dict(m.disrupted_pods),
+                               expected_pods=m.expected_pods, current_healthy=m.current_healthy,
+                               desired_healthy=m.desired_healthy)
 
 
 def namespace_to_proto(n: Namespace) -> pb.Namespace:

@@ -278,6 +278,10 @@ class PodDisruptionBudget:
     disruptions_allowed: int = 0
     # status.disruptedPods: pods an eviction was processed for (name -> time), not yet gone.
     disrupted_pods: dict[str, float] = field(default_factory=dict)
+    # The rest of the status, as the disruption controller last wrote it.
+    expected_pods: int = 0
+    current_healthy: int = 0
+    desired_healthy: int = 0
 
     @property
     def name(self) -> str:

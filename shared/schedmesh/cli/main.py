@@ -24,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from schedmesh.cli import mesh
     mesh.register(sub)
+    from schedmesh.cli import nodes
+    nodes.register(sub)
     from schedmesh.cli import certs
     p = sub.add_parser("certs", help="make the mesh's CA, service certificates and the user's client certificate")
     certs.add_arguments(p)

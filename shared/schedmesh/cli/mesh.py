@@ -138,7 +138,10 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
                       env=security.service_env(ids.KUBELET_AGENT))
     say(f"starting {filter_workers} filter + {score_workers} score workers, binder, kubelet agent ..."
         if workers else "starting binder, kubelet agent ...")
-    for info in (*workers, binder, agent):
+    # PDB status, node lifecycle, taint eviction and the Eviction API (the queue-manager forwards to it)
+    controllers = sup.start("controller-manager", "services.controller_manager", common, free_port(),
+                            env=security.service_env(ids.CONTROLLER_MANAGER))
+    for info in (*workers, binder, agent, controllers):
         sup.wait_ready(info, timeout)
     # no workers: empty lists, the queue-manager filters and scores in its own process
     fw = ",".join(f"127.0.0.1:{w.port}" for w in workers if w.name.startswith("filter"))
@@ -146,7 +149,8 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
     qm = sup.start("queue-manager", "services.queue_manager",
                    [*common, "--filter-workers", fw, "--score-workers", sw, "--binder",
                     f"127.0.0.1:{binder.port}", "--tie-break", tie_break, *cfg], free_port(),
-                   env=security.service_env(ids.QUEUE_MANAGER))
+                   env={**security.service_env(ids.QUEUE_MANAGER),
+                        "SCHEDMESH_CONTROLLER_MANAGER": f"127.0.0.1:{controllers.port}"})
     say("starting queue-manager ...")
     sup.wait_ready(qm, timeout)
     state.scheduler = f"127.0.0.1:{qm.port}"

@@ -58,15 +58,18 @@ class DisruptionBudgetStatus:
 
     @staticmethod
     def of(pdb: PodDisruptionBudget) -> "DisruptionBudgetStatus":
-        """What our PodDisruptionBudget object carries of its status (healthy counts unknown: 0)."""
-        return DisruptionBudgetStatus(disruptions_allowed=pdb.disruptions_allowed,
+        """The status the PodDisruptionBudget object carries."""
+        return DisruptionBudgetStatus(expected_pods=pdb.expected_pods, current_healthy=pdb.current_healthy,
+                                      desired_healthy=pdb.desired_healthy,
+                                      disruptions_allowed=pdb.disruptions_allowed,
                                       disrupted_pods=dict(pdb.disrupted_pods))
 
 
 def with_status(pdb: PodDisruptionBudget, status: DisruptionBudgetStatus) -> PodDisruptionBudget:
-    """A copy of the PDB carrying the status fields our object model has."""
+    """A copy of the PDB carrying `status`."""
     return dataclasses.replace(pdb, disruptions_allowed=status.disruptions_allowed,
-                               disrupted_pods=dict(status.disrupted_pods))
+                               disrupted_pods=dict(status.disrupted_pods), expected_pods=status.expected_pods,
+                               current_healthy=status.current_healthy, desired_healthy=status.desired_healthy)
 
 
 class IntOrPercentError(ValueError):

@@ -21,11 +21,13 @@ The deletion uses the pod's own grace period; the pod first gets the DisruptionT
   (AddOrUpdateDaemonPodTolerations): not-ready and unreachable NoExecute without
   tolerationSeconds, memory-pressure, disk-pressure, pid-pressure and unschedulable NoSchedule,
   and network-unavailable NoSchedule for host-network pods;
-* memory-pressure NoSchedule (Exists) for pods whose QoS class is not BestEffort, because the
-  reference docs ("Taint Nodes by Condition") say the control plane adds it to such pods.
-  In kube's source no admission step writes it: it is the kubelet (eviction manager Admit) that
-  admits non-BestEffort pods on a node under memory pressure, and kube-scheduler only sees
-  tolerations that are on the pod. `include_memory_pressure=False` gives kube's API objects.
+* memory-pressure NoSchedule (Exists) for pods whose QoS class is not BestEffort: kube-apiserver's
+  PodTolerationRestriction admission plugin adds it (plugin/pkg/admission/podtolerationrestriction,
+  Admit: on create and update, merged after the namespace's default tolerations, skipped when a
+  toleration already covers it). That plugin is not in kube-apiserver's default plugin set, so
+  `include_memory_pressure` is False by default, as kube's API objects are; the mesh's Apply
+  admits with DefaultTolerationSeconds only. (DaemonSet pods get memory-pressure from their
+  controller, whatever their QoS.)
 """
 from __future__ import annotations
 
@@ -180,21 +182,23 @@ MEMORY_PRESSURE_TAINT = Taint(TAINT_NODE_MEMORY_PRESSURE, NO_SCHEDULE)
 
 
 def memory_pressure_toleration(pod: Pod) -> Optional[Toleration]:
-    """The memory-pressure toleration the reference docs say non-BestEffort pods get, or None
+    """The memory-pressure toleration PodTolerationRestriction gives a non-BestEffort pod, or None
     (BestEffort, or the pod already tolerates the taint)."""
     if qos_class(pod) == BEST_EFFORT or tolerations_tolerate_taint(pod.tolerations, MEMORY_PRESSURE_TAINT):
         return None
     return Toleration(key=TAINT_NODE_MEMORY_PRESSURE, operator=TOLERATION_OP_EXISTS, effect=NO_SCHEDULE)
 
 
-def default_tolerations(pod: Pod, include_memory_pressure: bool = True) -> list[Toleration]:
-    """The pod's tolerations after the DaemonSet controller (DaemonSet pods only), the
-    memory-pressure rule of the docs (see the module docstring) and DefaultTolerationSeconds."""
+def default_tolerations(pod: Pod, include_memory_pressure: bool = False) -> list[Toleration]:
+    """The pod's tolerations after the DaemonSet controller (DaemonSet pods only),
+    DefaultTolerationSeconds and, with `include_memory_pressure`, PodTolerationRestriction, in
+    kube-apiserver's admission order."""
     tolerations = list(pod.tolerations)
     if is_daemonset_pod(pod):
         tolerations = daemonset_tolerations(tolerations, pod.host_network)
+    tolerations = default_toleration_seconds(tolerations)
     if include_memory_pressure:
         extra = memory_pressure_toleration(replace(pod, tolerations=tolerations))
         if extra is not None:
             tolerations.append(extra)
-    return default_toleration_seconds(tolerations)
+    return tolerations

@@ -123,9 +123,9 @@ MEMORY_PRESSURE = Toleration(TAINT_NODE_MEMORY_PRESSURE, "Exists", "", NO_SCHEDU
 @pytest.mark.parametrize("name, the_pod, include, want", [
     ("best effort", pod("p"), True, [NOT_READY_300, UNREACHABLE_300]),
     ("burstable gets memory-pressure", pod("p", requests={"memory": "1Mi"}), True,
-     [MEMORY_PRESSURE, NOT_READY_300, UNREACHABLE_300]),
+     [NOT_READY_300, UNREACHABLE_300, MEMORY_PRESSURE]),
     ("guaranteed gets memory-pressure", pod("p", limits={"cpu": "1", "memory": "1Gi"}), True,
-     [MEMORY_PRESSURE, NOT_READY_300, UNREACHABLE_300]),
+     [NOT_READY_300, UNREACHABLE_300, MEMORY_PRESSURE]),
     ("kube's objects", pod("p", requests={"memory": "1Mi"}), False, [NOT_READY_300, UNREACHABLE_300]),
     ("already tolerated", pod("p", requests={"memory": "1Mi"}, tolerations=[tol("", op="Exists", effect="")]), True,
      [tol("", op="Exists", effect="")]),
@@ -135,3 +135,9 @@ MEMORY_PRESSURE = Toleration(TAINT_NODE_MEMORY_PRESSURE, "Exists", "", NO_SCHEDU
 def test_default_tolerations(name, the_pod, include, want):
     assert default_tolerations(the_pod, include) == want
     assert default_tolerations(the_pod, include) is not the_pod.tolerations
+
+
+def test_memory_pressure_toleration_is_opt_in_as_in_kube_apiserver():
+    """PodTolerationRestriction is not a default admission plugin: without asking, a Burstable
+    pod gets only DefaultTolerationSeconds' tolerations."""
+    assert default_tolerations(pod("p", requests={"memory": "1Mi"})) == [NOT_READY_300, UNREACHABLE_300]

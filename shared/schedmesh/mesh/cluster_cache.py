@@ -8,6 +8,7 @@ queue-manager has assumed but not yet seen bound are overlaid per client (`set_a
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -87,6 +88,13 @@ class ClusterCache:
                 key = f"{pdb.namespace}/{pdb.name}"
                 if rec.deleted:
                     self.pdbs.pop(key, None)
+                elif rec.status_only:  # the disruption controller's status: never re-creates a deleted PDB
+                    known = self.pdbs.get(key)
+                    if known is not None:
+                        self.pdbs[key] = dataclasses.replace(
+                            known, disruptions_allowed=pdb.disruptions_allowed, disrupted_pods=pdb.disrupted_pods,
+                            expected_pods=pdb.expected_pods, current_healthy=pdb.current_healthy,
+                            desired_healthy=pdb.desired_healthy)
                 else:
                     self.pdbs[key] = pdb
             elif topic == TOPIC_NAMESPACES:

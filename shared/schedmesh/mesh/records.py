@@ -39,6 +39,12 @@ def pdb_record(pdb: PodDisruptionBudget, deleted: bool = False) -> tuple[str, st
         pdb=convert.pdb_to_proto(pdb), deleted=deleted).SerializeToString()
 
 
+def pdb_status_record(pdb: PodDisruptionBudget) -> tuple[str, str, bytes]:
+    """The disruption controller's status write for a PDB (applied only to a known PDB)."""
+    return TOPIC_PDBS, f"{pdb.namespace}/{pdb.name}", events_pb2.PodDisruptionBudgetRecord(
+        pdb=convert.pdb_to_proto(pdb), status_only=True).SerializeToString()
+
+
 def namespace_record(ns: Namespace, deleted: bool = False) -> tuple[str, str, bytes]:
     return TOPIC_NAMESPACES, ns.name, events_pb2.NamespaceRecord(
         namespace=convert.namespace_to_proto(ns), deleted=deleted).SerializeToString()
@@ -111,10 +117,15 @@ def nomination_update(pod: Pod, node_name: str, source: str = "") -> events_pb2.
     return rec
 
 
-def deletion_update(pod: Pod, when: float, source: str = "") -> events_pb2.PodRecord:
-    """A graceful deletion request (metadata.deletionTimestamp); the pod's kubelet ends it."""
+def deletion_update(pod: Pod, when: float, source: str = "",
+                    condition: PodCondition | None = None) -> events_pb2.PodRecord:
+    """A graceful deletion request (metadata.deletionTimestamp); the pod's kubelet ends it.
+    `condition` (DisruptionTarget, from an eviction) is set on the pod in the same delta."""
     rec = events_pb2.PodRecord(source=source)
     rec.update.uid, rec.update.deletion_timestamp = pod.uid, when
+    if condition is not None:
+        for c in [c for c in pod.conditions if c.type != condition.type] + [condition]:
+            rec.update.conditions.add(type=c.type, status=c.status, reason=c.reason, message=c.message)
     return rec
 
 
@@ -144,7 +155,8 @@ def apply_update(pod: Pod, u: events_pb2.PodUpdate) -> Pod:
 
 
 def node_update(name: str, *, conditions: Sequence[NodeCondition] = (), taints: Sequence[Taint] | None = None,
-                unschedulable: bool | None = None, source: str = "") -> tuple[str, str, bytes]:
+                unschedulable: bool | None = None, add_taints: Sequence[Taint] = (),
+                remove_taints: Sequence[Taint] = (), source: str = "") -> tuple[str, str, bytes]:
     """A node delta from one owner (see NodeUpdate in events.proto)."""
     rec = events_pb2.NodeRecord(source=source)
     u = rec.update
@@ -154,11 +166,34 @@ def node_update(name: str, *, conditions: Sequence[NodeCondition] = (), taints: 
                          last_heartbeat_time=c.last_heartbeat_time or 0.0)
     if taints is not None:
         u.set_taints = True
-        for t in taints:
-            u.taints.add(key=t.key, value=t.value, effect=t.effect, time_added=t.time_added or 0.0)
+        _add_taints(u.taints, taints)
+    _add_taints(u.add_taints, add_taints)
+    _add_taints(u.remove_taints, remove_taints)
     if unschedulable is not None:
         u.unschedulable = unschedulable
     return TOPIC_NODES, name, rec.SerializeToString()
+
+
+def _add_taints(field, taints: Sequence[Taint]) -> None:
+    for t in taints:
+        field.add(key=t.key, value=t.value, effect=t.effect, time_added=t.time_added or 0.0)
+
+
+def _taint_from(t) -> Taint:
+    return Taint(t.key, t.effect, t.value, t.time_added or None)
+
+
+def edit_taints(taints: Sequence[Taint], add: Sequence[Taint] = (), remove: Sequence[Taint] = ()) -> list[Taint]:
+    """`taints` without those `remove` names (same key and effect; an empty effect names every
+    effect of the key), then with `add` (replacing the taint of the same key and effect in place)."""
+    out = [t for t in taints if not any(t.key == r.key and (not r.effect or t.effect == r.effect) for r in remove)]
+    for a in add:
+        i = next((i for i, t in enumerate(out) if (t.key, t.effect) == (a.key, a.effect)), None)
+        if i is None:
+            out.append(a)
+        else:
+            out[i] = a
+    return out
 
 
 def apply_node_update(node: Node, u: events_pb2.NodeUpdate) -> Node:
@@ -169,7 +204,10 @@ def apply_node_update(node: Node, u: events_pb2.NodeUpdate) -> Node:
             merged[c.type] = NodeCondition(c.type, c.status, c.reason, c.message, c.last_heartbeat_time or None)
         changes["conditions"] = list(merged.values())
     if u.set_taints:
-        changes["taints"] = [Taint(t.key, t.effect, t.value, t.time_added or None) for t in u.taints]
+        changes["taints"] = [_taint_from(t) for t in u.taints]
+    if len(u.add_taints) or len(u.remove_taints):
+        changes["taints"] = edit_taints(changes.get("taints", node.taints), [_taint_from(t) for t in u.add_taints],
+                                        [_taint_from(t) for t in u.remove_taints])
     if u.HasField("unschedulable"):
         changes["unschedulable"] = u.unschedulable
     return dataclasses.replace(node, **changes) if changes else node

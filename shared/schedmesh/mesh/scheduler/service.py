@@ -5,8 +5,9 @@ import asyncio
 import logging
 
 
+from schedmesh.mesh.controllers.forwarding import PolicyForwarder
 from schedmesh.mesh.runtime import ServiceProcess
-from schedmesh.v1 import queue_pb2_grpc
+from schedmesh.v1 import policy_pb2_grpc, queue_pb2_grpc
 from schedmesh.mesh.scheduler.api import SchedulerServicer
 from schedmesh.mesh.scheduler.scheduler import QueueManager
 from schedmesh.mesh.scheduler.state import QueueManagerConfig
@@ -18,6 +19,8 @@ async def serve(cfg: QueueManagerConfig, bootstrap: str, port: int) -> None:
     proc = ServiceProcess(cfg.client_id, port)
     qm = QueueManager(cfg, bootstrap)
     queue_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(qm), proc.server)
+    # evict, cordon, taint: served by the controller-manager, reachable here
+    policy_pb2_grpc.add_PolicyServicer_to_server(PolicyForwarder(), proc.server)
     await proc.start()
     await qm.start()
     proc.spawn(qm.follow(), "follow")

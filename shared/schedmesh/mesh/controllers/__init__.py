@@ -1,0 +1,13 @@
+"""kube-controller-manager's controllers that act on the mesh, one module each, over one
+ClusterCache replica (the controller-manager process, `python -m services.controller_manager`):
+
+* `disruption`: PodDisruptionBudget status (pkg/controller/disruption);
+* `node_lifecycle`: node health from the agents' heartbeats and TaintNodesByCondition
+  (pkg/controller/nodelifecycle);
+* `taint_eviction`: NoExecute taint-based deletion (pkg/controller/tainteviction);
+* `policy`: the Eviction API, cordon and taint (schedmesh.v1.Policy, protos/schedmesh/v1/policy.proto);
+* `manager`: the process wiring them together.
+
+The decisions are the eviction library's (schedmesh.eviction); these modules only feed it the
+cluster and publish what it decides.
+"""

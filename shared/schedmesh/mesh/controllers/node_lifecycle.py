@@ -1,0 +1,123 @@
+"""The node-lifecycle controller: node health from the kubelet agents' heartbeats, and the taints
+that follow from node conditions (TaintNodesByCondition and the NoExecute tainting pass).
+
+Heartbeats are the lease batch records agents publish on schedmesh.leases (agent.lease_record):
+one NodeRecord per node carrying its Ready condition. As kube does with Lease renewals, the
+controller notes *its own* clock when a node's renew time advances (so clock skew between
+processes does not matter) and judges health against that (node-monitor-grace-period). While
+heartbeats arrive, the Ready condition the agent posts in them is the node's; when they stop,
+schedmesh.eviction.node_lifecycle sets Ready and the pressure conditions Unknown. Taints are
+published as add/remove edits of the taints this controller manages (NodeUpdate.add_taints /
+remove_taints), so users' taints and `schedmesh taint` are never overwritten.
+
+Only nodes whose agent has been heard from are managed: a Node applied as an object has no
+kubelet here, and it keeps the conditions and taints it was applied with.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Optional
+
+from schedmesh.api.types import Node, NodeCondition, Taint
+from schedmesh.bus import Record
+from schedmesh.bus.topics import LEASES
+from schedmesh.eviction.node_lifecycle import (DEFAULT_NODE_MONITOR_GRACE_PERIOD, DEFAULT_NODE_STARTUP_GRACE_PERIOD,
+                                               READY, UNKNOWN, find_condition, node_health)
+from schedmesh.mesh.cluster_cache import ClusterCache
+from schedmesh.mesh.records import expand, node_update
+from schedmesh.v1 import events_pb2
+
+log = logging.getLogger("schedmesh.controllers.node_lifecycle")
+
+
+def taint_id(t: Taint) -> tuple[str, str]:
+    return t.key, t.effect
+
+
+def _condition_changed(old: Optional[NodeCondition], new: NodeCondition) -> bool:
+    return old is None or (old.status, old.reason, old.message) != (new.status, new.reason, new.message)
+
+
+class NodeLifecycleController:
+    def __init__(self, cache: ClusterCache, grace_period: float = DEFAULT_NODE_MONITOR_GRACE_PERIOD,
+                 startup_grace_period: float = DEFAULT_NODE_STARTUP_GRACE_PERIOD, source: str = "") -> None:
+        self.cache = cache
+        self.grace_period, self.startup_grace_period = grace_period, startup_grace_period
+        self.source = source
+        self.probe: dict[str, float] = {}  # node -> our clock when its heartbeat last advanced
+        self.renewed: dict[str, float] = {}  # node -> the renew time its last heartbeat carried
+        self.posted_ready: dict[str, NodeCondition] = {}  # node -> the Ready its agent last posted
+        self._pending: dict[str, tuple[tuple, float]] = {}  # node -> (edit published, when): not yet seen back
+
+    # ---- heartbeats ------------------------------------------------------------------
+    def on_lease(self, r: Record, now: float) -> None:
+        if r.topic != LEASES or r.value is None:
+            return
+        try:
+            msg = events_pb2.NodeRecord.FromString(r.value)
+        except Exception:  # noqa: BLE001 - not a lease: ignore it, as the caches ignore bad records
+            log.warning("undecodable lease record at %s/%d@%d", r.topic, r.partition, r.offset)
+            return
+        for item in expand(msg):
+            name = item.node.metadata.name
+            ready = next((c for c in item.node.conditions if c.type == READY), None)
+            if not name or ready is None:
+                continue
+            renew = ready.last_heartbeat_time
+            if name not in self.renewed or renew > self.renewed[name]:
+                self.renewed[name] = renew
+                self.probe[name] = now
+                self.posted_ready[name] = NodeCondition(READY, ready.status, ready.reason, ready.message, renew or None)
+
+    # ---- reconciling -----------------------------------------------------------------
+    def desired(self, node: Node, now: float) -> tuple[list[NodeCondition], list[Taint], list[Taint]]:
+        """(conditions to publish, taints to add, taints to remove) for a managed node."""
+        name = node.name
+        posted = self.posted_ready.get(name)
+        fresh = now <= self.probe[name] + self.grace_period
+        current = find_condition(node.conditions, READY)
+        # While heartbeats arrive, the Ready the agent posts is the node's (it comes back after Unknown).
+        if fresh and posted is not None and (current is None or current.status != posted.status):
+            merged = [c for c in node.conditions if c.type != READY] + [posted]
+            node = replace(node, conditions=merged)
+        health = node_health(node, now, last_heartbeat=self.probe[name], grace_period=self.grace_period,
+                             startup_grace_period=self.startup_grace_period)
+        before = {c.type: c for c in self.cache_node_conditions(name)}
+        conditions = [c for c in health.conditions if _condition_changed(before.get(c.type), c)]
+        have = {taint_id(t): t for t in node.taints}
+        want = {taint_id(t): t for t in health.taints}
+        add = [t for k, t in want.items() if k not in have]
+        remove = [t for k, t in have.items() if k not in want]
+        return conditions, add, remove
+
+    def cache_node_conditions(self, name: str) -> list[NodeCondition]:
+        ni = self.cache.snapshot.get(name)
+        return list(ni.node.conditions) if ni is not None and ni.node is not None else []
+
+    def sync(self, now: float) -> list[tuple[str, str, bytes]]:
+        out = []
+        with self.cache.lock:
+            for name in list(self.probe):
+                ni = self.cache.snapshot.get(name)
+                if ni is None or ni.node is None:
+                    continue
+                conditions, add, remove = self.desired(ni.node, now)
+                if not (conditions or add or remove):
+                    self._pending.pop(name, None)
+                    continue
+                edit = (tuple((c.type, c.status, c.reason) for c in conditions),
+                        tuple(map(taint_id, add)), tuple(map(taint_id, remove)))
+                sent = self._pending.get(name)
+                if sent is not None and sent[0] == edit and now - sent[1] < 2.0:
+                    continue  # published, not seen back yet
+                self._pending[name] = (edit, now)
+                ready = next((c.status for c in conditions if c.type == READY), None)
+                if ready is not None:
+                    log.info("node %s: Ready=%s%s", name, ready,
+                             f" (no heartbeat for {now - self.probe[name]:.1f}s)" if ready == UNKNOWN else "")
+                if add or remove:
+                    log.info("node %s: taints +%s -%s", name, [str(t) for t in add], [str(t) for t in remove])
+                out.append(node_update(name, conditions=conditions, add_taints=add, remove_taints=remove,
+                                       source=self.source))
+        return out

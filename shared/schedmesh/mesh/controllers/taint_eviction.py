@@ -1,0 +1,87 @@
+"""The taint-eviction controller: pods on nodes with NoExecute taints they do not tolerate are
+deleted at once; those that tolerate them for tolerationSeconds, when that time is up
+(schedmesh.eviction.taint_eviction.schedule_deletion decides). A deletion is graceful: the pod
+gets the DisruptionTarget condition (DeletionByTaintManager) and metadata.deletionTimestamp in
+one delta, its kubelet agent ends it, and the Event "TaintManagerEviction: Marking for deletion
+Pod NS/NAME" says why (kube's words); a pending deletion that no longer applies is cancelled with
+"Cancelling deletion of Pod NS/NAME".
+"""
+from __future__ import annotations
+
+import logging
+
+from schedmesh.api.types import Pod, PodCondition
+from schedmesh.eviction.eviction_api import DISRUPTION_TARGET
+from schedmesh.eviction.taint_eviction import (EVENT_REASON_TAINT_MANAGER_EVICTION, MESSAGE_DELETION_BY_TAINT_MANAGER,
+                                               REASON_DELETION_BY_TAINT_MANAGER, ScheduledDeletion,
+                                               cancelling_deletion_message, marking_for_deletion_message,
+                                               no_execute_taints, schedule_deletion)
+from schedmesh.mesh.cluster_cache import ClusterCache, is_terminal
+from schedmesh.mesh.records import deletion_update, event_batch_record, pod_batch_record
+from schedmesh.telemetry import metrics
+from schedmesh.v1 import events_pb2
+
+log = logging.getLogger("schedmesh.controllers.taint_eviction")
+
+
+def event(pod: Pod, reason: str, message: str, source: str, now: float, type_: str = "Normal") -> events_pb2.Event:
+    return events_pb2.Event(pod_uid=pod.uid, pod=pod.key, type=type_, reason=reason, message=message,
+                            source=source, timestamp=now)
+
+
+class TaintEvictionController:
+    def __init__(self, cache: ClusterCache, source: str = "") -> None:
+        self.cache = cache
+        self.source = source
+        self.scheduled: dict[str, ScheduledDeletion] = {}  # pod uid -> its pending deletion
+        self.deleted: set[str] = set()  # uids marked for deletion, until the cache shows it
+
+    def sync(self, now: float) -> list[tuple[str, str, bytes]]:
+        updates, events = [], []
+        seen: set[str] = set()
+        with self.cache.lock:
+            for ni in self.cache.snapshot.node_info_list:
+                if ni.node is None or not no_execute_taints(ni.node.taints):
+                    continue
+                for info in ni.pods:
+                    pod = self.cache.pods.get(info.pod.uid, info.pod)
+                    uid = pod.uid
+                    if pod.meta.deletion_timestamp is not None or is_terminal(pod):
+                        self.deleted.discard(uid)
+                        continue
+                    seen.add(uid)
+                    if uid in self.deleted:
+                        continue  # marked; its deletion is on its way back from the broker
+                    deletion = schedule_deletion(pod, ni.node.taints, now, self.scheduled.get(uid))
+                    if deletion is None:
+                        if self.scheduled.pop(uid, None) is not None:
+                            events.append(event(pod, EVENT_REASON_TAINT_MANAGER_EVICTION,
+                                                cancelling_deletion_message(pod), self.source, now))
+                        continue
+                    self.scheduled[uid] = deletion
+                    if not deletion.due(now):
+                        continue
+                    del self.scheduled[uid]
+                    self.deleted.add(uid)
+                    why = (f"untolerated taint {deletion.untolerated_taint}" if deletion.untolerated_taint
+                           else f"tolerationSeconds ended ({now - deletion.created_at:.1f}s)")
+                    log.info("node %s: deleting pod %s: %s", ni.node.name, pod.key, why)
+                    target = PodCondition(DISRUPTION_TARGET, "True", REASON_DELETION_BY_TAINT_MANAGER,
+                                          MESSAGE_DELETION_BY_TAINT_MANAGER)
+                    updates.append(deletion_update(pod, now, self.source, target))
+                    events.append(event(pod, EVENT_REASON_TAINT_MANAGER_EVICTION,
+                                        marking_for_deletion_message(pod), self.source, now))
+                    metrics.observe_eviction(EVENT_REASON_TAINT_MANAGER_EVICTION)
+            for uid in [u for u in self.scheduled if u not in seen]:  # taint gone, pod gone or moved
+                pod = self.cache.pods.get(uid)
+                del self.scheduled[uid]
+                if pod is not None and not is_terminal(pod) and pod.meta.deletion_timestamp is None:
+                    events.append(event(pod, EVENT_REASON_TAINT_MANAGER_EVICTION,
+                                        cancelling_deletion_message(pod), self.source, now))
+            self.deleted &= {u for u in self.deleted if u in self.cache.pods}
+        out = []
+        if updates:
+            out.append(pod_batch_record(updates, self.source))
+        if events:
+            out.append(event_batch_record(events))
+        return out

@@ -1,0 +1,59 @@
+"""The taint-eviction controller over a cache fed by records: NoExecute taints delete untolerating
+pods at once, tolerating ones after tolerationSeconds, never those tolerating for ever; deletions
+cancelled when the taint goes; kube's event words; the delta carries DisruptionTarget."""
+from __future__ import annotations
+
+from schedmesh.api.types import NO_EXECUTE, Taint, Toleration
+from schedmesh.eviction.testkit import T0, node, pod
+from schedmesh.mesh.controllers.taint_eviction import TaintEvictionController
+from schedmesh.mesh.controllers.testkit import FedCache, bound
+from schedmesh.mesh.records import node_update
+from schedmesh.v1 import events_pb2
+
+UNREACHABLE = Taint("node.kubernetes.io/unreachable", NO_EXECUTE, time_added=T0)
+
+
+def tolerating(name: str, seconds):
+    return bound(pod(name, tolerations=[Toleration("node.kubernetes.io/unreachable", "Exists", "", NO_EXECUTE,
+                                                   seconds)]), "n1")
+
+
+def deleted(fed, recs):
+    fed.apply(recs)
+    out = {}
+    for _t, _k, v in recs:
+        if _t != "schedmesh.pods":
+            continue
+        msg = events_pb2.PodRecord.FromString(v)
+        for r in (msg.batch if len(msg.batch) else [msg]):
+            out[r.update.uid] = r.update
+    return out
+
+
+def test_no_execute_eviction_timing_and_words():
+    fed = FedCache()
+    fed.add(node("n1"), bound(pod("plain"), "n1"), tolerating("five", 5), tolerating("forever", None))
+    tec = TaintEvictionController(fed.cache, source="cm")
+    assert tec.sync(T0) == []  # no NoExecute taint yet
+    fed.apply([node_update("n1", add_taints=[UNREACHABLE])])
+    got = deleted(fed, tec.sync(T0 + 1))
+    assert set(got) == {"uid-plain"}
+    u = got["uid-plain"]
+    assert u.deletion_timestamp == T0 + 1
+    assert ("DisruptionTarget", "True", "DeletionByTaintManager") in [(c.type, c.status, c.reason) for c in u.conditions]
+    assert [(e.reason, e.message) for e in fed.events] == [("TaintManagerEviction", "Marking for deletion Pod default/plain")]
+    assert fed.cache.pods["uid-plain"].meta.deletion_timestamp == T0 + 1
+    assert deleted(fed, tec.sync(T0 + 5.9)) == {}
+    assert set(deleted(fed, tec.sync(T0 + 6.1))) == {"uid-five"}  # 5 s after the controller saw the taint
+    assert deleted(fed, tec.sync(T0 + 1000)) == {}  # tolerates for ever
+
+
+def test_deletion_cancelled_when_the_taint_goes():
+    fed = FedCache()
+    fed.add(node("n1", taints=[UNREACHABLE]), tolerating("ten", 10))
+    tec = TaintEvictionController(fed.cache, source="cm")
+    assert deleted(fed, tec.sync(T0)) == {}
+    fed.apply([node_update("n1", remove_taints=[Taint(UNREACHABLE.key, NO_EXECUTE)])])
+    assert deleted(fed, tec.sync(T0 + 2)) == {}
+    assert [(e.reason, e.message) for e in fed.events] == [("TaintManagerEviction", "Cancelling deletion of Pod default/ten")]
+    assert deleted(fed, tec.sync(T0 + 20)) == {}
