@@ -235,3 +235,32 @@ def test_container_health_check_uses_the_container_certificate(mesh) -> None:
     assert ok.returncode == 0, ok.stderr
     plain = subprocess.run(check, env=env, capture_output=True, text=True, timeout=30)
     assert plain.returncode == 1 and "UNAVAILABLE" in plain.stderr
+
+
+def test_preemption_and_controller_manager_admit_only_the_queue_manager(mesh) -> None:
+    """Preemption (it evicts and nominates) and the controller-manager's Policy (the Eviction API,
+    cordon, taint: reached through the queue-manager, which checks the user's token) refuse other
+    identities; the queue-manager's Policy, the user-facing one, needs the token."""
+    base, _ = mesh
+    names = {p["name"] for p in state(base)["procs"]}
+    if not {"preemption", "controller-manager"} <= names:
+        pytest.skip("this mesh has no preemption service or controller-manager")
+    from schedmesh.v1 import policy_pb2, policy_pb2_grpc, preemption_pb2, preemption_pb2_grpc
+    probe = convert.pod_to_proto(load_text(pod_yaml("preemptor"), "p.yaml").pods[0])
+    for who in (ids.ADMIN, ids.KUBELET_AGENT, ids.BINDER):
+        with channel(target(base, "preemption"), files(pki(base), who)) as ch:
+            with pytest.raises(grpc.RpcError) as e:
+                preemption_pb2_grpc.PreemptionStub(ch).Preempt(
+                    preemption_pb2.PreemptRequest(pod=probe, scheduler_name="default-scheduler"), timeout=10)
+            assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED, who
+            assert "/schedmesh.v1.Preemption/Preempt: only queue-manager may" in e.value.details()
+        with channel(target(base, "controller-manager"), files(pki(base), who)) as ch:
+            with pytest.raises(grpc.RpcError) as e:
+                policy_pb2_grpc.PolicyStub(ch).Evict(policy_pb2.EvictRequest(namespace="default", name="x"),
+                                                     timeout=10)
+            assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED, who
+            assert "/schedmesh.v1.Policy/Evict: only queue-manager may" in e.value.details()
+    with channel(state(base)["scheduler"], files(pki(base), ids.ADMIN)) as ch:
+        with pytest.raises(grpc.RpcError) as e:
+            policy_pb2_grpc.PolicyStub(ch).Evict(policy_pb2.EvictRequest(namespace="default", name="x"), timeout=10)
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED

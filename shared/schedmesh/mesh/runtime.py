@@ -28,6 +28,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from schedmesh.bus import EventConsumer, Record
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, ClusterCache
 from schedmesh.security.credentials import TLSFiles, is_loopback, token_from_env
+from schedmesh.security.identity import allowed_callers
 from schedmesh.security.interceptors import BearerTokenInterceptor, CallerIdentityInterceptor
 from schedmesh.telemetry import (
     TracingServerInterceptor,
@@ -70,7 +71,10 @@ class ServiceProcess:
         configure_logging(name)
         setup_tracing(name)
         self.tls: Optional[TLSFiles] = TLSFiles.from_env()
-        interceptors = [TracingServerInterceptor(), CallerIdentityInterceptor(tls_required=self.tls is not None)]
+        # who may call what depends on this server's own identity (its certificate's CN)
+        rules = allowed_callers(self.tls.identity() if self.tls is not None else None)
+        interceptors = [TracingServerInterceptor(),
+                        CallerIdentityInterceptor(rules, tls_required=self.tls is not None)]
         token = token_from_env()
         if token:
             interceptors.append(BearerTokenInterceptor(token))

@@ -69,6 +69,19 @@ class TLSFiles:
         """The environment that gives a child process these files."""
         return {ENV_CA: self.ca, ENV_CERT: self.cert, ENV_KEY: self.key}
 
+    def identity(self) -> str:
+        """The common name of this certificate: the role the process plays (security.identity)."""
+        from cryptography import x509
+        from cryptography.x509.oid import NameOID
+        try:
+            cert = x509.load_pem_x509_certificate(_read(self.cert, ENV_CERT))
+        except ValueError as e:
+            raise CredentialsError(f"{ENV_CERT}: {self.cert} is not a PEM certificate: {e}") from None
+        names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        if not names:
+            raise CredentialsError(f"{ENV_CERT}: {self.cert} has no common name (the mesh's identity)")
+        return str(names[0].value)
+
     def read(self) -> tuple[bytes, bytes, bytes]:
         return (_read(self.ca, ENV_CA), _read(self.cert, ENV_CERT), _read(self.key, ENV_KEY))
 

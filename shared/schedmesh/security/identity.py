@@ -32,15 +32,28 @@ COMPOSE_PROJECT = "schedmesh"
 COMPOSE_MAX_REPLICAS = 10
 
 #: gRPC services (full proto names) and the identities allowed to call them. Services not
-#: listed (grpc.health.v1.Health, the user-facing Scheduler API) take any certificate the CA
-#: signed; the Scheduler API also requires the bearer token.
+#: listed (grpc.health.v1.Health, the user-facing Scheduler and Policy APIs of the
+#: queue-manager) take any certificate the CA signed; the user-facing APIs also require the
+#: bearer token (interceptors.USER_FACING_APIS).
 ALLOWED_CALLERS: dict[str, frozenset[str]] = {
     # Only the queue-manager may commit bindings.
     "schedmesh.v1.Binder": frozenset({QUEUE_MANAGER}),
     # Only the queue-manager may install a ClusterView (its assumed and nominated pods) on a shard.
     "schedmesh.v1.FilterWorker": frozenset({QUEUE_MANAGER}),
     "schedmesh.v1.ScoreWorker": frozenset({QUEUE_MANAGER}),
+    # Preemption evicts victims and nominates: only for the queue-manager's PostFilter.
+    "schedmesh.v1.Preemption": frozenset({QUEUE_MANAGER}),
 }
+#: Rules that hold on one server only: the controller-manager's Policy (evict, cordon, taint)
+#: is reached through the queue-manager, which checks the user's token and forwards.
+SERVER_ALLOWED_CALLERS: dict[str, dict[str, frozenset[str]]] = {
+    CONTROLLER_MANAGER: {"schedmesh.v1.Policy": frozenset({QUEUE_MANAGER})},
+}
+
+
+def allowed_callers(server_identity: Optional[str]) -> dict[str, frozenset[str]]:
+    """The rules a server with certificate identity `server_identity` enforces."""
+    return {**ALLOWED_CALLERS, **SERVER_ALLOWED_CALLERS.get(server_identity or "", {})}
 
 
 def dns_names(identity: str) -> list[str]:
@@ -57,10 +70,11 @@ def dns_names(identity: str) -> list[str]:
     return names
 
 
-def caller_allowed(full_method: str, identity: Optional[str]) -> Optional[str]:
+def caller_allowed(full_method: str, identity: Optional[str],
+                   rules: Optional[dict[str, frozenset[str]]] = None) -> Optional[str]:
     """None when `identity` may call `full_method` ("/package.Service/Method"), else why not."""
     service = full_method.lstrip("/").split("/", 1)[0]
-    allowed = ALLOWED_CALLERS.get(service)
+    allowed = (ALLOWED_CALLERS if rules is None else rules).get(service)
     if allowed is None or identity in allowed:
         return None
     who = f"a caller with identity {identity!r}" if identity else "a caller without a client certificate"

@@ -12,8 +12,10 @@ from schedmesh.security.identity import ALLOWED_CALLERS, caller_allowed
 
 log = logging.getLogger("schedmesh.security")
 
-#: The user-facing API the token protects.
+#: The user-facing APIs (served by the queue-manager) the token protects.
 SCHEDULER_API = "schedmesh.v1.Scheduler"
+POLICY_API = "schedmesh.v1.Policy"
+USER_FACING_APIS = (SCHEDULER_API, POLICY_API)
 
 
 def peer_identity(context) -> Optional[str]:
@@ -73,7 +75,7 @@ class CallerIdentityInterceptor(grpc.aio.ServerInterceptor):
             identity = peer_identity(context)
             if identity is None and not self.tls_required:
                 return
-            why = caller_allowed(method, identity)
+            why = caller_allowed(method, identity, self.rules)
             if why is not None:
                 log.warning("refused %s from %s: %s", method, context.peer(), why)
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
@@ -84,7 +86,7 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
     """UNAUTHENTICATED for a call to `services` without `authorization: Bearer <token>`; the
     token is compared in constant time."""
 
-    def __init__(self, token: str, services: tuple[str, ...] = (SCHEDULER_API,)) -> None:
+    def __init__(self, token: str, services: tuple[str, ...] = USER_FACING_APIS) -> None:
         if not token:
             raise ValueError("BearerTokenInterceptor needs a non-empty token")
         self._expected = f"Bearer {token}".encode()
