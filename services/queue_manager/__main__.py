@@ -21,6 +21,8 @@ def main() -> None:
     p.add_argument("--score-workers", default=os.environ.get("SCHEDMESH_SCORE_WORKERS"),
                    help="host:port,... of the score shards (none: score in this process)")
     p.add_argument("--binder", default=os.environ.get("SCHEDMESH_BINDER"), help="host:port of the binder")
+    p.add_argument("--preemption", default=os.environ.get("SCHEDMESH_PREEMPTION"),
+                   help="host:port of the preemption service (none: preemption is computed for the message only)")
     p.add_argument("--config", default=os.environ.get("SCHEDMESH_CONFIG"),
                    help="KubeSchedulerConfiguration file (default: the default profile)")
     p.add_argument("--client-id", default=os.environ.get("SCHEDMESH_CLIENT_ID", "queue-manager"))
@@ -32,6 +34,7 @@ def main() -> None:
     if not a.binder:
         p.error("--binder is required")
     cfg = QueueManagerConfig(filter_workers=filters, score_workers=scores, binder=a.binder, client_id=a.client_id,
+                             preemption=a.preemption or None,
                              tie_break=a.tie_break)
     if a.config:
         cfg.use_scheduler_config(a.config)

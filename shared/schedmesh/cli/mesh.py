@@ -134,21 +134,27 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
                                      [*common, "--shard", str(i), "--shards", str(n), *cfg], free_port(),
                                      env=security.service_env(f"{kind}-worker")))
     binder = sup.start("binder", "services.binder", common, free_port(), env=security.service_env(ids.BINDER))
-    agent = sup.start("kubelet-agent", "services.kubelet_agent", [*common, "--pool", pool], free_port(),
+    # The one local agent also runs the pods of the nodes users apply (no other kubelet would).
+    agent = sup.start("kubelet-agent", "services.kubelet_agent",
+                      [*common, "--pool", pool, "--serve-applied-nodes", "queue-manager"], free_port(),
                       env=security.service_env(ids.KUBELET_AGENT))
-    say(f"starting {filter_workers} filter + {score_workers} score workers, binder, kubelet agent ..."
-        if workers else "starting binder, kubelet agent ...")
+    # DefaultPreemption's PostFilter, acted out; the same configuration as the queue-manager's.
+    preemption = sup.start("preemption", "services.preemption", [*common, "--tie-break", tie_break, *cfg],
+                           free_port(), env=security.service_env(ids.PREEMPTION))
+    say(f"starting {filter_workers} filter + {score_workers} score workers, binder, kubelet agent, preemption ..."
+        if workers else "starting binder, kubelet agent, preemption ...")
     # PDB status, node lifecycle, taint eviction and the Eviction API (the queue-manager forwards to it)
     controllers = sup.start("controller-manager", "services.controller_manager", common, free_port(),
                             env=security.service_env(ids.CONTROLLER_MANAGER))
-    for info in (*workers, binder, agent, controllers):
+    for info in (*workers, binder, agent, preemption, controllers):
         sup.wait_ready(info, timeout)
     # no workers: empty lists, the queue-manager filters and scores in its own process
     fw = ",".join(f"127.0.0.1:{w.port}" for w in workers if w.name.startswith("filter"))
     sw = ",".join(f"127.0.0.1:{w.port}" for w in workers if w.name.startswith("score"))
     qm = sup.start("queue-manager", "services.queue_manager",
                    [*common, "--filter-workers", fw, "--score-workers", sw, "--binder",
-                    f"127.0.0.1:{binder.port}", "--tie-break", tie_break, *cfg], free_port(),
+                    f"127.0.0.1:{binder.port}", "--preemption", f"127.0.0.1:{preemption.port}",
+                    "--tie-break", tie_break, *cfg], free_port(),
                    env={**security.service_env(ids.QUEUE_MANAGER),
                         "SCHEDMESH_CONTROLLER_MANAGER": f"127.0.0.1:{controllers.port}"})
     say("starting queue-manager ...")

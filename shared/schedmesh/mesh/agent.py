@@ -297,8 +297,13 @@ class KubeletAgent:
     def __init__(self, name: str, nodes: Sequence[NodeSpec], bootstrap: str, *, start_delay: float = 0.5,
                  max_grace: Optional[float] = None, heartbeat: float = 10.0, tick: float = 0.1,
                  evictors: Optional[Sequence[Evictor]] = None, eviction_interval: float = DEFAULT_EVICTION_INTERVAL,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, serve_applied_nodes: Sequence[str] = ()) -> None:
         self.name = name
+        # Sources (e.g. "queue-manager") whose Node records this agent serves as its own nodes, as
+        # KWOK manages nodes created through the API: otherwise no kubelet would run, start or
+        # end their pods. Pods bound to such a node before its record arrives wait for it.
+        self.serve_applied_nodes = frozenset(serve_applied_nodes)
+        self._waiting_for_node: dict[str, dict[str, tuple[Pod, Context]]] = {}
         self.clock = clock
         self.nodes: dict[str, SimNode] = {}
         for spec in nodes:
@@ -374,12 +379,12 @@ class KubeletAgent:
         for i in range(0, len(records), _SEND_BATCH):
             await asyncio.gather(*(self._send(r) for r in records[i:i + _SEND_BATCH]))
 
-    async def register(self) -> None:
-        """Publish every node (Ready, heartbeat now, its pressure conditions), as a kubelet
-        registers at start."""
+    async def register(self, nodes: Optional[Sequence[SimNode]] = None) -> None:
+        """Publish every node (or these; Ready, heartbeat now, its pressure conditions), as a
+        kubelet registers at start."""
         now = self.clock()
         records = []
-        for sn in self.nodes.values():
+        for sn in self.nodes.values() if nodes is None else nodes:
             pressure = sn.eviction.pressure
             mine = {"Ready"} | {c.type for c in pressure_conditions(())}
             conditions = ([c for c in sn.node.conditions if c.type not in mine] + [ready_condition(now)]
@@ -428,7 +433,8 @@ class KubeletAgent:
                     await self._on_pod_record(r, rec)
             elif r.topic == TOPIC_NODES:
                 for rec in expand(events_pb2.NodeRecord.FromString(r.value)):
-                    self._on_node(rec)
+                    if not await self._serve_applied_node(rec):
+                        self._on_node(rec)
         except Exception:  # noqa: BLE001 - one bad record must not stop the agent
             log.exception("cannot handle %s/%d@%d", r.topic, r.partition, r.offset)
 
@@ -465,6 +471,22 @@ class KubeletAgent:
             return extract_kafka_headers([("traceparent", rec.traceparent.encode())])
         return r.context
 
+    async def _serve_applied_node(self, rec: events_pb2.NodeRecord) -> bool:
+        """A node applied by a source this agent serves (see serve_applied_nodes): registered as
+        ours, then the pods already bound to it are admitted."""
+        if (rec.source not in self.serve_applied_nodes or rec.deleted or rec.HasField("update")
+                or rec.node.metadata.name in self.nodes):
+            return False
+        sn = SimNode(convert.node_from_proto(rec.node), None, self.clock)
+        self.nodes[sn.name] = sn
+        log.info("%s serves node %s (applied by %s)", self.name, sn.name, rec.source)
+        if not self._replaying:
+            await self.register([sn])
+        for pod, context in self._waiting_for_node.pop(sn.name, {}).values():
+            await self._adopt(sn, pod, context)
+        self._wake(sn, self.clock())
+        return True
+
     def _on_node(self, rec: events_pb2.NodeRecord) -> None:
         """Someone else changed one of our nodes (taint, cordon): keep that, as a kubelet does."""
         sn = self.nodes.get(rec.update.name if rec.HasField("update") else rec.node.metadata.name)
@@ -485,6 +507,7 @@ class KubeletAgent:
                 return
             sn = None  # the same uid again as a new pod (re-created after it ended)
         if deleted:
+            self._waiting_for_node.get(pod.node_name, {}).pop(uid, None)
             if sn is not None:
                 sp = sn.remove(uid)
                 del self._where[uid]
@@ -497,6 +520,8 @@ class KubeletAgent:
             if target is None:
                 if not pod.node_name:  # re-created after it ended here, not bound yet: wait for its binding
                     self._unbound[uid] = pod
+                elif self.serve_applied_nodes:  # maybe a node applied but not seen yet
+                    self._waiting_for_node.setdefault(pod.node_name, {})[uid] = (pod, context)
                 return
             if is_terminal(pod):  # ended before we saw it (replay): remember it for its deletion
                 target.ended[uid] = pod
@@ -804,10 +829,10 @@ class KubeletAgent:
 
 async def serve(port: int, bootstrap: str, nodes: Sequence[NodeSpec], name: str = "agent-0", *,
                 start_delay: float = 0.5, max_grace: Optional[float] = None, heartbeat: float = 10.0,
-                eviction_interval: float = DEFAULT_EVICTION_INTERVAL) -> None:
+                eviction_interval: float = DEFAULT_EVICTION_INTERVAL, serve_applied_nodes: Sequence[str] = ()) -> None:
     proc = ServiceProcess(name, port)
     agent = KubeletAgent(name, nodes, bootstrap, start_delay=start_delay, max_grace=max_grace, heartbeat=heartbeat,
-                         eviction_interval=eviction_interval)
+                         eviction_interval=eviction_interval, serve_applied_nodes=serve_applied_nodes)
     await proc.start()
     await agent.start()
     proc.spawn(agent.follow(), "follow")
@@ -840,10 +865,14 @@ def main() -> None:
     p.add_argument("--eviction-interval", type=_positive_seconds, default=DEFAULT_EVICTION_INTERVAL,
                    help="seconds between eviction-manager passes while a node is near or over a threshold "
                         "(the kubelet's 10 s; a change in a node's usage is acted on at once)")
+    p.add_argument("--serve-applied-nodes", default=os.environ.get("SCHEDMESH_SERVE_APPLIED_NODES", ""),
+                   metavar="SOURCE,...", help="also serve the nodes these writers publish (e.g. queue-manager: nodes "
+                   "users apply), as KWOK does (give it to one agent of a mesh only)")
     a = p.parse_args()
     try:
         nodes = load_pool_file_simulated(a.pool, agent=a.name)
     except (OSError, PoolError) as e:
         p.error(str(e))
     asyncio.run(serve(a.port, a.bootstrap, nodes, a.name, start_delay=a.start_delay, max_grace=a.max_grace,
-                      heartbeat=a.heartbeat, eviction_interval=a.eviction_interval))
+                      heartbeat=a.heartbeat, eviction_interval=a.eviction_interval,
+                      serve_applied_nodes=[s.strip() for s in a.serve_applied_nodes.split(",") if s.strip()]))

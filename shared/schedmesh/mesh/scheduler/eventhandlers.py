@@ -102,7 +102,9 @@ class EventHandlers:
             return
         if old is None:
             self.queue.add(new)
-        elif _spec_changed(old, new):
+        elif _spec_changed(old, new) or old.nominated_node_name != new.nominated_node_name:
+            # A nomination set or cleared by preemption goes through the queue's Update as in
+            # kube (its nominator follows, and the queued pod carries the node to try first).
             with self._assumed_lock:
                 if new.uid in self.assumed:
                     return

@@ -8,12 +8,15 @@ import time
 from dataclasses import replace
 from typing import Any, Optional
 
+import grpc
 from opentelemetry import trace
 
 from schedmesh.api.types import Pod, PodCondition
-from schedmesh.framework.interface import CycleState, PluginError
+from schedmesh.framework.interface import Code, CycleState, PluginError
 from schedmesh.mesh import records
 from schedmesh.mesh.fanout import FanOutEvaluator
+from schedmesh.mesh.preemption_service import preempt_request
+from schedmesh.queue.nominator import NominatingInfo
 from schedmesh.queue.queued_pod_info import QueuedPodInfo
 from schedmesh.queue.scheduling_queue import QueueError
 from schedmesh.scheduling.cycle import FitError, NoNodesAvailableError, run_post_filter
@@ -108,24 +111,25 @@ class ScheduleOne:
                 tracer.start_span("queue_wait", context=ctx, start_time=start_ns).end()
                 state = CycleState()
                 fit_err: Optional[FitError] = None
+                preempt_req = None
                 with self.cache.lock:
                     try:
                         with tracer.start_as_current_span("cycle"):
                             res = self.algo.schedule_pod(fw, state, pod, self.cache.snapshot, nominator=self.queue)
                     except FitError as e:
                         fit_err = e
-                        with tracer.start_as_current_span("post_filter"):
-                            fw.services["pdbs"] = self.cache.pdb_list()
-                            try:
-                                run_post_filter(fw, state, pod, e)  # computes only: no preemption service yet
-                            except Exception:
-                                log.exception("PostFilter failed for %s", pod.key)
+                        if self.preemption is not None and fw.has_post_filter_plugins():
+                            # PostFilter in the preemption service, on this cycle's view of the cluster.
+                            preempt_req = preempt_request(pod, fw.name, self._view(), e.diagnosis)
+                        else:
+                            self._post_filter_locally(fw, state, pod, e)
                     if fit_err is None:
                         host = res.suggested_host
                         with tracer.start_as_current_span("select", attributes={"node": host}):
                             pass
-                        # Assume.
+                        # Assume (kube's assume also drops the pod's nomination).
                         self.cache.snapshot.add_pod(pod, host)
+                        self.queue.delete_nominated_pod_if_exists(pod)
                         a = AssumedPod(pod, host, fw, state, qpi, cycle, root, trace_id)
                         with self._assumed_lock:
                             self.assumed[pod.uid] = a
@@ -142,7 +146,11 @@ class ScheduleOne:
                             self._requeue(qpi, cycle)
                             return metrics.UNSCHEDULABLE if st.is_rejected() else metrics.ERROR
                 if fit_err is not None:
-                    self._unschedulable(qpi, cycle, fit_err, trace_id, root)
+                    if preempt_req is not None:
+                        # The loop goes on; the answer requeues the pod (it stays in flight meanwhile).
+                        self._start_preemption(qpi, cycle, fw, state, fit_err, preempt_req, trace_id, ctx)
+                    else:
+                        self._unschedulable(qpi, cycle, fit_err, trace_id, root)
                     return metrics.UNSCHEDULABLE
                 root.set_attribute("node", host)
                 a.traceparent = dict(inject_grpc_metadata(context=ctx)).get("traceparent", "")
@@ -188,7 +196,10 @@ class ScheduleOne:
         qpi.pending_plugins = set()
         self._requeue(qpi, cycle)
 
-    def _publish_failed(self, pod: Pod, message: str, trace_id: str) -> None:
+    def _publish_failed(self, pod: Pod, message: str, trace_id: str,
+                        nominating: Optional[NominatingInfo] = None) -> None:
+        """FailedScheduling and PodScheduled=False; with `nominating` (PostFilter's result), also
+        status.nominatedNodeName, as kube's updatePod writes both."""
         with self._notes_lock:
             n = self.notes.setdefault(pod.uid, PodNotes())
             n.message, n.trace_id = message, trace_id
@@ -199,19 +210,86 @@ class ScheduleOne:
             cond = [c for c in cur.conditions if c.type != "PodScheduled"]
             cond.append(PodCondition("PodScheduled", "False", "Unschedulable", message))
             old = next((c for c in cur.conditions if c.type == "PodScheduled"), None)
-            if old is None or old.message != message or old.reason != "Unschedulable":
-                updated = replace(cur, conditions=cond)
+            nominated = cur.nominated_node_name if nominating is None else nominating.nominated_node_name
+            if (old is None or old.message != message or old.reason != "Unschedulable"
+                    or nominated != cur.nominated_node_name):
+                updated = replace(cur, conditions=cond, nominated_node_name=nominated)
                 recs.append(records.pod_record(updated, source=self.cfg.client_id))
         try:
             self._publish_sync(recs)
         except Exception:
             log.exception("cannot publish FailedScheduling for %s", pod.key)
 
-    def _unschedulable(self, qpi: QueuedPodInfo, cycle: int, err: FitError, trace_id: str, root) -> None:
+    def _unschedulable(self, qpi: QueuedPodInfo, cycle: int, err: FitError, trace_id: str, span,
+                       nominating: Optional[NominatingInfo] = None) -> None:
         msg = err.message()
-        root.set_attribute("unschedulable", msg)
+        span.set_attribute("unschedulable", msg)
         qpi.unschedulable_plugins = set(err.diagnosis.unschedulable_plugins)
         qpi.pending_plugins = set(err.diagnosis.pending_plugins)
         self._requeue(qpi, cycle)
-        self._publish_failed(qpi.pod, msg, trace_id)
+        if nominating is not None:
+            # kube's handleSchedulingFailure: in the queue's nominator at once, not when the
+            # update comes back, so the next cycles already count the pod on that node.
+            self.queue.add_nominated_pod(qpi.pod, nominating)
+        self._publish_failed(qpi.pod, msg, trace_id, nominating)
+
+    # ---- PostFilter ------------------------------------------------------------------------
+    def _post_filter_locally(self, fw, state: CycleState, pod: Pod, err: FitError) -> None:
+        """PostFilter in this process, for its message only (no preemption service, or it did
+        not answer): nothing is acted on."""
+        with tracer.start_as_current_span("post_filter"):
+            with self.cache.lock:
+                fw.services["pdbs"] = self.cache.pdb_list()
+                try:
+                    run_post_filter(fw, state, pod, err)
+                except Exception:
+                    log.exception("PostFilter failed for %s", pod.key)
+
+    def _start_preemption(self, qpi: QueuedPodInfo, cycle: int, fw, state: CycleState, err: FitError,
+                          req, trace_id: str, ctx) -> None:
+        """Send the preemption request off the scheduling loop (kube's async preemption): the pod
+        stays in flight until the answer, so events meanwhile are replayed on its requeue, and
+        DefaultPreemption's PreEnqueue holds it back until its victims are going."""
+        self.preemptions.started(qpi.pod.uid)
+        span = tracer.start_span("preempt", context=ctx, attributes={"pod": qpi.pod.key})
+        md = inject_grpc_metadata(context=trace.set_span_in_context(span))
+        req.traceparent = dict(md).get("traceparent", "")
+        try:
+            self._preemption_pool.submit(self._preempt, qpi, cycle, fw, state, err, req, trace_id, span, md)
+        except RuntimeError:  # shutting down
+            self.preemptions.answered(qpi.pod.uid, ())
+            span.end()
+            self._unschedulable(qpi, cycle, err, trace_id, span)
+
+    def _preempt(self, qpi: QueuedPodInfo, cycle: int, fw, state: CycleState, err: FitError, req, trace_id: str,
+                 span, md) -> None:
+        pod = qpi.pod
+        try:
+            try:
+                resp = self.preemption.Preempt(req, timeout=self.cfg.preemption_timeout, metadata=md)
+            except grpc.RpcError as e:
+                # A dead service never stalls scheduling: the message as this process computes it,
+                # and the pod retried with backoff (preemption with it).
+                why = f"{e.code().name}: {e.details()}"
+                log.warning("preemption service failed for %s (%s); retrying with backoff", pod.key, why)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, why))
+                self.preemptions.answered(pod.uid, ())
+                self._post_filter_locally(fw, state, pod, err)
+                span.set_attribute("unschedulable", err.message())
+                self._requeue_error(qpi, cycle)
+                self._publish_failed(pod, err.message(), trace_id)
+                return
+            err.diagnosis.post_filter_msg = resp.message
+            self.preemptions.answered(pod.uid, resp.deleting_uids if resp.code == int(Code.SUCCESS) else ())
+            nominating = NominatingInfo(resp.nominated_node_name) if resp.has_result else None
+            if resp.nominated_node_name:
+                span.set_attribute("node", resp.nominated_node_name)
+                span.set_attribute("victims", len(resp.victims))
+            self._unschedulable(qpi, cycle, err, trace_id, span, nominating)
+        except Exception:
+            log.exception("preemption for %s failed unexpectedly", pod.key)
+            self.preemptions.answered(pod.uid, ())
+            self._requeue_error(qpi, cycle)
+        finally:
+            span.end()
 

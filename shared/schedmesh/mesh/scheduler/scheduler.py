@@ -15,6 +15,7 @@ cache.lock); nothing takes cache.lock while holding the queue's lock."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import threading
@@ -27,13 +28,16 @@ from schedmesh.api import convert
 from schedmesh.api.types import Node, Pod
 from schedmesh.bus import EventConsumer, EventProducer
 from schedmesh.framework.runtime import Framework, build_frameworks
+from schedmesh.framework.profile import DEFAULT_SCHEDULER_NAME
 from schedmesh.mesh import records
 from schedmesh.mesh.cluster_cache import TOPIC_EVENTS, ClusterCache
 from schedmesh.mesh.runtime import CacheFollower
 from schedmesh.queue.scheduling_queue import PriorityQueue
 from schedmesh.security.credentials import TLSFiles, channel
 from schedmesh.scheduling.cycle import SchedulingAlgorithm
-from schedmesh.v1 import binder_pb2_grpc, events_pb2, queue_pb2
+from schedmesh.mesh.preemption_service import PreemptionsInFlight
+from schedmesh.preemption.executor import SERVICE_KEY as PREEMPTION_EXECUTOR
+from schedmesh.v1 import binder_pb2_grpc, events_pb2, preemption_pb2_grpc, queue_pb2
 from schedmesh.v1 import scheduling_pb2 as spb
 from schedmesh.mesh.scheduler.binding_cycle import BindingCycle
 from schedmesh.mesh.scheduler.eventhandlers import EventHandlers
@@ -57,9 +61,12 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
             self.frameworks, pod_initial_backoff_seconds=cfg.pod_initial_backoff_seconds,
             pod_max_backoff_seconds=cfg.pod_max_backoff_seconds,
             namespace_labels=lambda ns: self.cache.snapshot.namespace_labels.get(ns, {}))
+        # Preemptors waiting for their victims to go (DefaultPreemption's PreEnqueue asks it).
+        self.preemptions = PreemptionsInFlight(self.cache.pods)
         for fw in self.frameworks.values():
             fw.set_snapshot_source(lambda: self.cache.snapshot)
             fw.services["nominator"] = self.queue
+            fw.services[PREEMPTION_EXECUTOR] = self.preemptions
             trace_method(fw, "run_pre_filter", "prefilter")
         self.evaluator = TracedEvaluator(cfg.filter_workers, cfg.score_workers, self._view, timeout=cfg.shard_timeout)
         kw = {} if cfg.percentage_of_nodes_to_score is None else {"percentage_of_nodes_to_score": cfg.percentage_of_nodes_to_score}
@@ -82,6 +89,11 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         # Mutual TLS with the queue-manager's certificate: the binder admits no other identity.
         self._binder_channel = channel(cfg.binder, TLSFiles.from_env())
         self.binder = binder_pb2_grpc.BinderStub(self._binder_channel)
+        # PostFilter runs in the preemption service, one request at a time off the scheduling loop.
+        self._preemption_channel = channel(cfg.preemption, TLSFiles.from_env()) if cfg.preemption else None
+        self.preemption = (preemption_pb2_grpc.PreemptionStub(self._preemption_channel)
+                           if self._preemption_channel is not None else None)
+        self._preemption_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="preemption")
         self.loop_running = threading.Event()
         self.attempts = 0
         self.cycle_seconds = 0.0
@@ -130,6 +142,9 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
             await asyncio.to_thread(self._bind_thread.join, 10)
         self.evaluator.close()
         self._binder_channel.close()
+        self._preemption_pool.shutdown(wait=False, cancel_futures=True)
+        if self._preemption_channel is not None:
+            self._preemption_channel.close()
         for c in (self.follower, self.events_consumer):
             if c is not None:
                 await c.stop()
@@ -149,8 +164,10 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         fut.result(timeout)
 
     def _event_record(self, pod: Pod, type_: str, reason: str, message: str, trace_id: str = ""):
+        # kube-scheduler's recorder reports as the pod's profile, its schedulerName
         ev = events_pb2.Event(pod_uid=pod.uid, pod=pod.key, type=type_, reason=reason, message=message,
-                              source=self.cfg.client_id, timestamp=time.time(), trace_id=trace_id)
+                              source=pod.scheduler_name or DEFAULT_SCHEDULER_NAME, timestamp=time.time(),
+                              trace_id=trace_id)
         return TOPIC_EVENTS, pod.uid, ev.SerializeToString()
 
     async def _republish(self) -> None:

@@ -23,6 +23,8 @@ class QueueManagerConfig:
     score_workers: Sequence[str]
     binder: str
     client_id: str = "queue-manager"
+    preemption: Optional[str] = None  # host:port of the preemption service (None: PostFilter only computes)
+    preemption_timeout: float = 30.0
     profiles: Optional[list] = None  # schedmesh.framework.profile.Profile list; default profile when None
     percentage_of_nodes_to_score: Optional[int] = None
     pod_initial_backoff_seconds: float = 1.0
