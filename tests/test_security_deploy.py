@@ -107,19 +107,20 @@ def test_compose_gives_each_container_its_own_key_only() -> None:
             assert ref["source"] in secrets, (name, ref)
         sources = {r["source"] for r in s.get("secrets", [])}
         keys = {src for src in sources if src.endswith("-key") or src == "kafka-pem"}
-        if name in SERVICES:
-            ident = SERVICES[name]
-            assert keys == {f"{ident}-key"}, name
+        env = s.get("environment") or {}
+        if "SCHEDMESH_TLS_KEY" in env:  # a schedmesh service: its compose name is its identity
+            assert name in ids.SERVICE_IDENTITIES and keys == {f"{name}-key"}, name
             targets = {r["source"]: r["target"] for r in s["secrets"]}
-            assert targets[f"{ident}-key"] == s["environment"]["SCHEDMESH_TLS_KEY"]
-            assert targets[f"{ident}-crt"] == s["environment"]["SCHEDMESH_TLS_CERT"]
-            assert targets["ca-crt"] == s["environment"]["SCHEDMESH_TLS_CA"]
-            assert {k: s["environment"][k] for k in TLS_ENV} == TLS_ENV
+            assert targets[f"{name}-key"] == env["SCHEDMESH_TLS_KEY"]
+            assert targets[f"{name}-crt"] == env["SCHEDMESH_TLS_CERT"]
+            assert targets["ca-crt"] == env["SCHEDMESH_TLS_CA"]
+            assert {k: env[k] for k in TLS_ENV} == TLS_ENV
             assert s["depends_on"]["kafka-acls"]["condition"] == "service_healthy"
         elif name in ("kafka", "kafka-acls"):
             assert keys == {"kafka-pem"}, name
         else:
             assert not keys, f"{name} must not hold a key"
+    assert set(SERVICES) <= {n for n, s in c["services"].items() if "SCHEDMESH_TLS_KEY" in (s.get("environment") or {})}
     qm = c["services"]["queue-manager"]
     token_target = next(r["target"] for r in qm["secrets"] if r["source"] == "api-token")
     assert qm["environment"]["SCHEDMESH_API_TOKEN_FILE"] == token_target
