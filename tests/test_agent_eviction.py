@@ -10,6 +10,7 @@ test uses its own node so they do not depend on one another.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 import uuid
@@ -198,6 +199,10 @@ async def send(bootstrap: str, recs) -> float:
     return time.monotonic()
 
 
+def has_event(view: View, pod: Pod, *reasons: str) -> bool:
+    return set(reasons) <= {e.reason for e in view.events_of(pod)}
+
+
 def all_running(*pods: Pod) -> Callable[[View], bool]:
     return lambda v: all(v.phase(p) == "Running" for p in pods)
 
@@ -219,7 +224,9 @@ async def test_memory_pressure_evicts_by_kubes_ranking(mesh: Mesh) -> None:
     more = dataclasses.replace(b, meta=dataclasses.replace(
         b.meta, annotations={"schedmesh.io/simulated-usage": "memory=200Mi"}))
     await send(mesh.bootstrap, [pod_record(more, source="test-api")])
-    view, _ = await until(mesh.bootstrap, lambda v: v.phase(b) == "Failed")
+    # (events and pods are separate topics: wait for both)
+    view, _ = await until(mesh.bootstrap, lambda v: v.phase(b) == "Failed" and has_event(v, b, "Evicted", "Killing")
+                          and "True" in v.pressure_history("mem-0", "MemoryPressure"))
     ended = view.pod(b)
     message = ("The node was low on resource: memory. Threshold quantity: 500Mi, available: 372Mi. "
                "Container app was using 200Mi, request is 50Mi, has larger consumption of memory. ")
@@ -231,7 +238,6 @@ async def test_memory_pressure_evicts_by_kubes_ranking(mesh: Mesh) -> None:
     assert len(evicted) == 1 and (evicted[0].type, evicted[0].message, evicted[0].source) == ("Warning", message, AGENT)
     assert "Killing" in [e.reason for e in view.events_of(b)]
     assert view.phase(a) == "Running" and view.phase(c) == "Running"  # one pod is enough: 572Mi left
-    assert view.pressure_history("mem-0", "MemoryPressure")[-1:] == ["True"]
     # The evicted pod stays listed, as kube keeps it, but no longer counts on its node.
     assert b.uid in view.cache.pods and view.cache.get_pod("default", "small-over").phase == "Failed"
     assert sorted(p.pod.name for p in view.cache.snapshot.get("mem-0").pods) == ["big-guaranteed", "hog-important"]
@@ -254,7 +260,8 @@ async def test_soft_threshold_waits_its_grace_and_caps_the_shutdown(mesh: Mesh) 
     # terminationGracePeriodSeconds=30) seconds.
     hog = mkpod("slow-hog", "soft-0", usage="memory=3.5Gi", shutdown="20")
     await send(mesh.bootstrap, [pod_record(hog, source="test-api")])
-    view, _ = await until(mesh.bootstrap, lambda v: v.phase(hog) == "Failed", timeout=60)
+    view, _ = await until(mesh.bootstrap, lambda v: v.phase(hog) == "Failed" and has_event(v, hog, "Evicted", "Started"),
+                          timeout=60)
     failed_seen = time.time()
     (evicted,) = [e for e in view.events_of(hog) if e.reason == "Evicted"]
     (started,) = [e for e in view.events_of(hog) if e.reason == "Started"]
@@ -276,7 +283,8 @@ async def test_admission_refuses_what_does_not_fit(mesh: Mesh) -> None:
     await until(mesh.bootstrap, all_running(*fill))
     extra = mkpod("one-too-many", "small-0")
     await send(mesh.bootstrap, [pod_record(extra, source="test-api")])
-    view, _ = await until(mesh.bootstrap, lambda v: all(v.phase(p) == "Failed" for p in (cpu, memory, extra)))
+    view, _ = await until(mesh.bootstrap, lambda v: all(v.phase(p) == "Failed" and v.events_of(p)
+                                                        for p in (cpu, memory, extra)))
     want = {
         cpu.uid: ("OutOfcpu", "Node didn't have enough resource: cpu, requested: 2000, used: 0, capacity: 1000"),
         memory.uid: ("OutOfmemory", "Node didn't have enough resource: memory, requested: 2147483648, used: 0, "
@@ -298,7 +306,8 @@ async def test_best_effort_refused_under_memory_pressure(mesh: Mesh) -> None:
     best_effort = mkpod("best-effort", "pressed-0", best_effort=True)
     burstable = mkpod("burstable", "pressed-0", memory="100Mi")
     await send(mesh.bootstrap, [pod_record(p, source="test-api") for p in (best_effort, burstable)])
-    view, _ = await until(mesh.bootstrap, lambda v: v.phase(best_effort) == "Failed" and v.phase(burstable) == "Running")
+    view, _ = await until(mesh.bootstrap, lambda v: v.phase(best_effort) == "Failed" and v.phase(burstable) == "Running"
+                          and has_event(v, best_effort, "Evicted"))
     got = view.pod(best_effort)
     assert (got.status_reason, got.status_message) == (
         "Evicted", "Pod was rejected: The node had condition: [MemoryPressure]. ")
@@ -329,7 +338,7 @@ async def test_graceful_deletion_with_and_without_a_shutdown_time(mesh: Mesh) ->
         for p in (quick, slow, capped):
             if p.uid in v.tombstones and p.uid not in gone_at:
                 gone_at[p.uid] = time.monotonic() - asked
-        return len(gone_at) == 3
+        return len(gone_at) == 3 and all(has_event(v, p, "Killing") for p in (quick, slow, capped))
 
     view, _ = await until(mesh.bootstrap, record_deletions, timeout=60)
     # (upper bounds leave room for a loaded machine; what matters is that none waits 30 s)
@@ -350,22 +359,22 @@ async def test_disk_then_pid_pressure(mesh: Mesh) -> None:
     await send(mesh.bootstrap, [pod_record(quiet, source="test-api")])
     await until(mesh.bootstrap, all_running(quiet))
     await send(mesh.bootstrap, [pod_record(writer, source="test-api")])
-    view, _ = await until(mesh.bootstrap, lambda v: v.phase(writer) == "Failed")
+    view, _ = await until(mesh.bootstrap, lambda v: v.phase(writer) == "Failed"
+                          and "True" in v.pressure_history("disk-0", "DiskPressure"))
     assert view.pod(writer).status_message == (
         "The node was low on resource: ephemeral-storage. Threshold quantity: 1610612800, available: 1430Mi. "
         "Container app was using 8800Mi, request is 0, has larger consumption of ephemeral-storage. ")
     assert view.phase(quiet) == "Running"  # within its request: ranked after the writer despite its lower priority
-    assert "True" in view.pressure_history("disk-0", "DiskPressure")
     view, _ = await until(mesh.bootstrap, lambda v: v.condition("disk-0", "DiskPressure") == "False")
 
     forks = mkpod("forks", "disk-0", usage="pids=880", priority=100)
     few = mkpod("few", "disk-0", usage="pids=30")
     await send(mesh.bootstrap, [pod_record(p, source="test-api") for p in (forks, few)])
-    view, _ = await until(mesh.bootstrap, lambda v: v.phase(few) == "Failed")
+    view, _ = await until(mesh.bootstrap, lambda v: v.phase(few) == "Failed"
+                          and "True" in v.pressure_history("disk-0", "PIDPressure"))
     # pid pressure ranks by priority first: the low-priority pod goes although it has few processes
     assert view.pod(few).status_message == (
         "The node was low on resource: pids. Threshold quantity: 100, available: 90. ")
-    assert "True" in view.pressure_history("disk-0", "PIDPressure")
     # one eviction was enough (120 pids left): the pod with the most processes keeps running
     view, _ = await until(mesh.bootstrap, lambda v: v.condition("disk-0", "PIDPressure") == "False")
     assert view.phase(forks) == "Running" and view.phase(quiet) == "Running"
@@ -375,7 +384,7 @@ async def test_disk_then_pid_pressure(mesh: Mesh) -> None:
 async def test_a_bad_simulation_annotation_is_refused_with_the_reason(mesh: Mesh) -> None:
     bad = mkpod("bad-usage", "grace-0", usage="memory=lots")
     await send(mesh.bootstrap, [pod_record(bad, source="test-api")])
-    view, _ = await until(mesh.bootstrap, lambda v: v.phase(bad) == "Failed")
+    view, _ = await until(mesh.bootstrap, lambda v: v.phase(bad) == "Failed" and has_event(v, bad, "InvalidAnnotation"))
     problem = ("pod default/bad-usage: annotation schedmesh.io/simulated-usage: memory: 'lots' is not a quantity")
     assert (view.pod(bad).status_reason, view.pod(bad).status_message) == (
         "InvalidAnnotation", "Pod was rejected: " + problem)
@@ -409,8 +418,15 @@ async def test_agent_restart_replays_without_repeating_itself(mesh: Mesh) -> Non
         pod_batch_record([deletion_update(view.pod(refused), time.time(), "test-api")], "test-api"),
         *(pod_record(p, source="test-api") for p in (late_fit, late_huge))])
     mesh.start_agent()
-    view, _ = await until(mesh.bootstrap, lambda v: refused.uid in v.tombstones and v.phase(late_fit) == "Running"
-                          and v.phase(late_huge) == "Failed")
+
+    def settled(v: View) -> bool:
+        return (refused.uid in v.tombstones and v.phase(late_fit) == "Running" and v.phase(late_huge) == "Failed"
+                and has_event(v, refused, "OutOfcpu") and has_event(v, kept, "Started")
+                and has_event(v, late_fit, "Started") and has_event(v, late_huge, "OutOfcpu"))
+
+    await until(mesh.bootstrap, settled)
+    await asyncio.sleep(1.0)  # anything the restarted agent would repeat has been sent by now
+    view, _ = await until(mesh.bootstrap, settled)
     assert view.pod(late_huge).status_reason == "OutOfcpu"
     assert view.phase(kept) == "Running"
     # Nothing said twice: one refusal event for the pod refused before the restart, one Started for `kept`.
