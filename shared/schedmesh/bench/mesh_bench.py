@@ -1,10 +1,14 @@
 """`schedmesh bench`: scheduling throughput and latency through the mesh, end to end.
 
-Nodes come from the kubelet agent's node pool (a mesh started by the bench) or are applied as
-Node manifests (--use-running); init pods are applied pre-bound (spec.nodeName); the measured
-pods are submitted through Scheduler.Apply in batches, and their bindings are observed on the
-schedmesh.pods topic. Latency per pod = time its bound PodRecord was consumed - time its
-Apply request was sent. Prints one JSON object on stdout; progress goes to stderr.
+The workloads are scheduler_perf's (schedmesh.bench.workloads). Nodes come from the kubelet
+agent's node pool (a mesh started by the bench) or are applied as Node manifests
+(--use-running); the workload's namespaces are applied, then its init pods pre-bound
+(spec.nodeName); a workload's unschedulable pods (Unschedulable) are applied next and the bench
+waits until each has failed once (its FailedScheduling event), so that the measured stream meets
+them churning in the queue, not arriving; the measured pods are submitted through
+Scheduler.Apply in batches, and their bindings are observed on the schedmesh.pods topic. Latency
+per pod = time its bound PodRecord was consumed - time its Apply request was sent. Prints one
+JSON object on stdout; progress goes to stderr.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import argparse
 import asyncio
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -20,14 +25,17 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from schedmesh.bench.workloads import WORKLOADS
+from schedmesh.bench.workloads import HOSTNAME_LABEL, WORKLOAD_NAMES, ZONE_LABEL, build
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workload", default="SchedulingBasic", choices=sorted(WORKLOADS))
-    p.add_argument("--nodes", type=int, default=5000)
-    p.add_argument("--init-pods", type=int, default=1000)
-    p.add_argument("--pods", type=int, default=5000)
+    p.add_argument("--workload", default="SchedulingBasic", choices=WORKLOAD_NAMES)
+    p.add_argument("--nodes", type=int, default=None, help="default: the workload's (5,000 for scheduler_perf's)")
+    p.add_argument("--init-pods", type=int, default=None,
+                   help="default: the workload's (MixedSchedulingBasePod: this many of each of its five kinds)")
+    p.add_argument("--pods", type=int, default=None, help="measured pods; default: the workload's")
+    p.add_argument("--unschedulable-pods", type=int, default=None,
+                   help="pods that fit nowhere, applied before the measured ones (Unschedulable only; default 1,000)")
     p.add_argument("--filter-workers", type=int, default=0,
                    help="filter shard processes (default 0, as `schedmesh up`: the queue-manager filters)")
     p.add_argument("--score-workers", type=int, default=0,
@@ -52,13 +60,15 @@ def _percentile(sorted_vals: list[float], q: float) -> float:
 
 
 class _BindWatcher:
-    """Follows schedmesh.pods in a background thread; records when each watched pod is first seen bound."""
+    """Follows schedmesh.pods and schedmesh.events in a background thread; records when each
+    watched pod is first seen bound, and when it first failed to schedule (FailedScheduling)."""
 
     def __init__(self, bootstrap: str, prefix: str) -> None:
         self.bootstrap, self.prefix = bootstrap, prefix
         self.bound: dict[str, float] = {}
         self.nodes: dict[str, str] = {}
         self.names: dict[str, str] = {}  # uid -> name of the bench's pods
+        self.failed: dict[str, float] = {}  # name -> first FailedScheduling event
         self.ready = threading.Event()
         self.error: Optional[BaseException] = None
         self._stop = threading.Event()
@@ -73,7 +83,8 @@ class _BindWatcher:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        if self._thread.ident is not None:  # started (a bench may fail before it watches)
+            self._thread.join(10)
 
     def _run(self) -> None:
         try:
@@ -84,19 +95,28 @@ class _BindWatcher:
 
     async def _follow(self) -> None:
         from schedmesh.bus.consumer import EventConsumer
+        from schedmesh.bus.topics import EVENTS as TOPIC_EVENTS, PODS as TOPIC_PODS
         from schedmesh.mesh.records import expand
         from schedmesh.v1 import events_pb2
-        consumer = EventConsumer(self.bootstrap, ["schedmesh.pods"], from_beginning=False,
+        consumer = EventConsumer(self.bootstrap, [TOPIC_PODS, TOPIC_EVENTS], from_beginning=False,
                                  client_id=f"bench-{self.prefix}")
         await consumer.start()
         self.ready.set()
         try:
             rec = events_pb2.PodRecord()
+            event = events_pb2.Event()
             while not self._stop.is_set():
                 for r in await consumer.getmany(timeout=0.2):
                     if not r.value:
                         continue
                     now = time.time()
+                    if r.topic == TOPIC_EVENTS:
+                        event.ParseFromString(r.value)
+                        for e in expand(event):
+                            name = e.pod.partition("/")[2]
+                            if e.reason == "FailedScheduling" and name.startswith(self.prefix):
+                                self.failed.setdefault(name, now)
+                        continue
                     rec.ParseFromString(r.value)
                     for item in expand(rec):
                         if item.HasField("update"):  # a binding delta: the pod's name is known from its record
@@ -134,24 +154,39 @@ def _progress(done: int, total: int, t0: float) -> None:
 
 
 def _pool_for(nodes) -> tuple[dict, dict[str, str]]:
-    """A node-pool document reproducing the workload's nodes, and workload name -> pool node name."""
+    """A node-pool document reproducing the workload's nodes, and workload name -> pool node name.
+    A pool spreads its nodes over its zones round-robin: nodes whose zones follow that order make
+    one pool, others (Mixed's gpu nodes every 20th) one pool per zone."""
     groups: dict[bool, list] = {}
     for n in nodes:
         groups.setdefault("nvidia.com/gpu" in n.allocatable, []).append(n)
     pools, rename = [], {}
     for gpu, members in groups.items():
-        pname = "gpu" if gpu else "node"
-        n0 = members[0]
-        entry = {"name": pname, "count": len(members), "cpu": str(n0.allocatable["cpu"]),
-                 "memory": str(int(n0.allocatable["memory"])), "pods": int(n0.allocatable.get("pods", 110)),
-                 "zones": ["zone-a", "zone-b", "zone-c"], "region": "region-1"}
-        if gpu:
-            entry["gpus"] = int(n0.allocatable["nvidia.com/gpu"])
-            entry["labels"] = {"accelerator": "nvidia"}
-            entry["taints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in n0.taints]
-        pools.append(entry)
-        for i, n in enumerate(members):
-            rename[n.name] = f"{pname}-{i}"
+        zones = list(dict.fromkeys(n.labels[ZONE_LABEL] for n in members if ZONE_LABEL in n.labels))
+        round_robin = all(n.labels.get(ZONE_LABEL) == (zones[i % len(zones)] if zones else None)
+                          for i, n in enumerate(members))
+        parts = ([("gpu" if gpu else "node", members, zones)] if round_robin else
+                 [(f"{'gpu' if gpu else 'node'}-{z or 'nozone'}", [n for n in members if n.labels.get(ZONE_LABEL) == z],
+                   [z] if z else []) for z in dict.fromkeys(n.labels.get(ZONE_LABEL) for n in members)])
+        for pname, part, part_zones in parts:
+            n0 = part[0]
+            entry = {"name": pname, "count": len(part), "cpu": str(n0.allocatable["cpu"]),
+                     "memory": str(int(n0.allocatable["memory"])), "pods": int(n0.allocatable.get("pods", 110))}
+            if part_zones:
+                entry["zones"] = part_zones
+            if "topology.kubernetes.io/region" in n0.labels:
+                entry["region"] = n0.labels["topology.kubernetes.io/region"]
+            extra = {k: v for k, v in n0.labels.items()
+                     if k not in (ZONE_LABEL, HOSTNAME_LABEL, "topology.kubernetes.io/region", "kubernetes.io/os")}
+            if extra:
+                entry["labels"] = extra
+            if gpu:
+                entry["gpus"] = int(n0.allocatable["nvidia.com/gpu"])
+            if n0.taints:
+                entry["taints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in n0.taints]
+            pools.append(entry)
+            for i, n in enumerate(part):
+                rename[n.name] = f"{pname}-{i}"
     return {"pools": pools}, rename
 
 
@@ -195,9 +230,10 @@ def main(args: argparse.Namespace) -> int:
     from schedmesh.cli.supervisor import MeshError, load_state
     from schedmesh.v1 import queue_pb2
 
-    if min(args.nodes, args.pods) < 1 or args.init_pods < 0:
-        raise ValueError("--nodes and --pods must be positive, --init-pods not negative")
-    nodes, init, pending = WORKLOADS[args.workload](args.nodes, args.init_pods, args.pods, seed=args.seed)
+    workload = build(args.workload, args.nodes, args.init_pods, args.pods, args.seed, args.unschedulable_pods)
+    # Stopped by SIGTERM (a timeout, a CI job cancelled): unwind, so that the bench's mesh is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    nodes, init, unschedulable, pending = workload.nodes, workload.init, workload.unschedulable, workload.measured
     run = uuid.uuid4().hex[:6]
     prefix = f"b{run}-"
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
@@ -213,12 +249,13 @@ def main(args: argparse.Namespace) -> int:
         import yaml
         (base / "pool.yaml").write_text(yaml.safe_dump(pool))
         log(f"bench: starting a mesh ({args.filter_workers} filter + {args.score_workers} score workers, "
-            f"{args.nodes} nodes) in {base}")
+            f"{len(nodes)} nodes) in {base}")
         state, _sup = start_mesh(args.filter_workers, args.score_workers, str(base / "pool.yaml"), args.config,
                                  detach=True, base=base, quiet=True, tie_break=args.tie_break)
-    client = Client(state, timeout=120)
+    client: Optional[Client] = None
     watcher = _BindWatcher(state.bootstrap, prefix)
     try:
+        client = Client(state, timeout=120)
         if args.use_running:
             docs = []
             for n in nodes:
@@ -229,7 +266,7 @@ def main(args: argparse.Namespace) -> int:
                 docs.append(d)
             for i in range(0, len(docs), 1000):
                 _apply(client, docs[i:i + 1000], "bench-nodes")
-        log(f"bench: waiting for {args.nodes} nodes ...")
+        log(f"bench: waiting for {len(nodes)} nodes ...")
         want = set(rename.values())
         deadline = time.time() + 300
         while True:
@@ -249,12 +286,29 @@ def main(args: argparse.Namespace) -> int:
                 d["spec"]["nodeName"] = rename[p.node_name]
             return d
 
+        _apply(client, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                        for ns in workload.namespaces], "bench-namespaces")
         if init:
             log(f"bench: applying {len(init)} init pods (pre-bound)")
             docs = [pod_doc(p) for p in init]
             for i in range(0, len(docs), 1000):
                 _apply(client, docs[i:i + 1000], "bench-init-pods")
         watcher.start()
+        unschedulable_names = [f"{prefix}{p.name}" for p in unschedulable]
+        if unschedulable:
+            log(f"bench: applying {len(unschedulable)} unschedulable pods; waiting for each to fail once")
+            docs = [pod_doc(p) for p in unschedulable]
+            for i in range(0, len(docs), args.batch):
+                _apply(client, docs[i:i + args.batch], "bench-unschedulable-pods")
+            deadline = time.time() + args.timeout
+            while sum(1 for n in unschedulable_names if n in watcher.failed) < len(unschedulable_names):
+                if watcher.error:
+                    raise MeshError(f"watching the mesh failed: {watcher.error}")
+                if time.time() > deadline:
+                    raise MeshError(f"only {sum(1 for n in unschedulable_names if n in watcher.failed)}/"
+                                    f"{len(unschedulable_names)} unschedulable pods failed once within "
+                                    f"{args.timeout:.0f}s")
+                time.sleep(0.2)
         docs = [pod_doc(p) for p in pending]
         names = [d["metadata"]["name"] for d in docs]
         log(f"bench: submitting {len(docs)} pods in batches of {args.batch}")
@@ -288,7 +342,12 @@ def main(args: argparse.Namespace) -> int:
         if len(bound) < len(names):
             log(f"bench: {len(names) - len(bound)} pods not bound within {args.timeout:.0f}s")
         result = {
-            "workload": args.workload, "nodes": args.nodes, "init_pods": args.init_pods, "pods": args.pods,
+            "workload": args.workload, "nodes": len(nodes), "init_pods": len(init), "pods": len(pending),
+            "unschedulable_pods": len(unschedulable),
+            # Pods that fit nowhere must stay pending: any bound is a wrong decision.
+            "unschedulable_bound": sum(1 for n in unschedulable_names if n in watcher.bound),
+            # Unschedulable's churn costs 1 - pods_per_second / that of this run of the baseline (same sizes).
+            **({"baseline_workload": "SchedulingBasic"} if unschedulable else {}),
             "scheduled": len(bound), "seconds": round(seconds, 3),
             "pods_per_second": round(len(bound) / seconds, 1),
             "latency_ms": {"p50": round(_percentile(lat, 50), 1), "p90": round(_percentile(lat, 90), 1),
@@ -299,11 +358,12 @@ def main(args: argparse.Namespace) -> int:
             "mesh": "running" if args.use_running else "own",
         }
         print(json.dumps(result))
-        ok = len(bound) == len(names)
+        ok = len(bound) == len(names) and result["unschedulable_bound"] == 0
         return 0 if ok else 1
     finally:
         watcher.stop()
-        client.close()
+        if client is not None:
+            client.close()
         if base is not None:
             log("bench: stopping the mesh")
             stop_mesh(base, quiet=True)

@@ -1,0 +1,288 @@
+"""The benchmark workloads: kube scheduler_perf's shapes, the in-process cycle deciding as
+explain does, and one small `schedmesh bench` through a real mesh.
+
+Every workload is read back the way the mesh reads what it is given (JSON manifests through
+schedmesh.api.load and admission), and its shapes are checked against scheduler_perf's
+performance-config.yaml files and templates (test/integration/scheduler_perf in kubernetes).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from schedmesh.api.load import admit_all, load_files, load_text
+from schedmesh.api.to_json import node_to_json, pod_to_json
+from schedmesh.bench.cycle_bench import schedule_in_process
+from schedmesh.bench.mesh_bench import _pool_for
+from schedmesh.bench.workloads import SHAPES, WORKLOAD_NAMES, ZONE_LABEL, build, default_sizes
+from schedmesh.cli.explain import Explainer, fill_times, load_profiles
+from schedmesh.mesh.nodepool import load_pools
+
+HOSTNAME = "kubernetes.io/hostname"
+SCHED_NAMESPACES = ["sched-1", "sched-0"]
+
+# scheduler_perf's 5000Nodes variants: (nodes, init pods per createPods op, measured pods).
+KUBE_SIZES = {
+    "SchedulingBasic": (5000, 1000, 1000),
+    "Unschedulable": (5000, 1000, 1000),
+    "SchedulingPodAntiAffinity": (5000, 1000, 1000),
+    "SchedulingPodAffinity": (5000, 5000, 1000),
+    "SchedulingPreferredPodAffinity": (5000, 5000, 1000),
+    "SchedulingPreferredPodAntiAffinity": (5000, 5000, 1000),
+    "SchedulingNodeAffinity": (5000, 5000, 1000),
+    "TopologySpreading": (5000, 5000, 2000),
+    "PreferredTopologySpreading": (5000, 5000, 2000),
+    "MixedSchedulingBasePod": (5000, 2000, 1000),
+}
+
+
+def _as_manifests(objs: list[dict]):
+    """JSON manifests read as the mesh's Apply reads them: parsed, validated, admitted."""
+    return admit_all(load_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}), "bench",
+                               strict_names=True))
+
+
+def _admitted(name: str, nodes=12, init_pods=6, pods=9, unschedulable_pods=None):
+    if unschedulable_pods is None and name in SHAPES and SHAPES[name].unschedulable:
+        unschedulable_pods = 3
+    w = build(name, nodes, init_pods, pods, unschedulable_pods=unschedulable_pods)
+    m = _as_manifests([node_to_json(n) for n in w.nodes]
+                      + [pod_to_json(p) for p in w.init + w.unschedulable + w.measured])
+    assert len(m.nodes) == len(w.nodes) and len(m.pods) == len(w.init) + len(w.unschedulable) + len(w.measured)
+    pods = {p.name: p for p in m.pods}
+    init = [pods[p.name] for p in w.init]
+    unsched = [pods[p.name] for p in w.unschedulable]
+    measured = [pods[p.name] for p in w.measured]
+    return w, m.nodes, init, unsched, measured
+
+
+def _requests(pod) -> tuple[int, int]:
+    c = pod.containers[0]
+    return int(c.requests["cpu"] * 1000), int(c.requests["memory"])
+
+
+def _zone_labels(nodes) -> list:
+    return [n.labels.get(ZONE_LABEL) for n in nodes]
+
+
+@pytest.mark.parametrize("name", sorted(KUBE_SIZES))
+def test_default_sizes_are_the_5000_nodes_variants(name):
+    assert default_sizes(name) == KUBE_SIZES[name]
+
+
+def test_every_workload_is_listed():
+    assert set(WORKLOAD_NAMES) == set(KUBE_SIZES) | {"Mixed"}
+
+
+@pytest.mark.parametrize("name", WORKLOAD_NAMES)
+def test_nodes_and_default_pods_have_node_default_and_pod_default_shapes(name):
+    w, nodes, init, unsched, measured = _admitted(name)
+    for n in nodes:
+        assert n.allocatable["cpu"] == 4 and n.allocatable["memory"] == 32 * 2**30 and n.allocatable["pods"] == 110
+        assert n.labels[HOSTNAME] == n.name
+    assert len({n.name for n in nodes}) == len(nodes)
+    if name == "Mixed":
+        return
+    for p in init + measured:
+        assert _requests(p) == (100, 500 * 2**20)
+        assert p.containers[0].limits == p.containers[0].requests
+        assert p.priority == 0
+    assert all(p.node_name for p in init) and not any(p.node_name for p in measured)
+    # Init pods are placed one per node while there are nodes left (node i mod N).
+    assert [p.node_name for p in init] == [nodes[i % len(nodes)].name for i in range(len(init))]
+
+
+@pytest.mark.parametrize("name", ["SchedulingBasic", "SchedulingPodAntiAffinity", "SchedulingPreferredPodAffinity",
+                                  "SchedulingPreferredPodAntiAffinity", "Unschedulable"])
+def test_workloads_without_a_zone_strategy_have_no_zone(name):
+    _, nodes, *_ = _admitted(name)
+    assert _zone_labels(nodes) == [None] * len(nodes)
+
+
+@pytest.mark.parametrize("name", ["SchedulingPodAffinity", "SchedulingNodeAffinity", "MixedSchedulingBasePod"])
+def test_zone1_workloads(name):
+    _, nodes, *_ = _admitted(name)
+    assert _zone_labels(nodes) == ["zone1"] * len(nodes)
+
+
+@pytest.mark.parametrize("name", ["TopologySpreading", "PreferredTopologySpreading"])
+def test_spreading_nodes_are_in_three_moons_round_robin(name):
+    _, nodes, *_ = _admitted(name, nodes=12)
+    assert _zone_labels(nodes) == ["moon-1", "moon-2", "moon-3"] * 4
+
+
+def test_basic_namespaces_and_pods():
+    _, _, init, unsched, measured = _admitted("SchedulingBasic")
+    assert {p.namespace for p in init} == {"namespace-1"} and {p.namespace for p in measured} == {"namespace-2"}
+    assert not unsched
+    for p in init + measured:
+        assert p.affinity is None and not p.topology_spread_constraints and not p.labels
+
+
+@pytest.mark.parametrize("name,kind,required,color,topology_key", [
+    ("SchedulingPodAntiAffinity", "pod_anti_affinity", True, "green", HOSTNAME),
+    ("SchedulingPodAffinity", "pod_affinity", True, "blue", ZONE_LABEL),
+    ("SchedulingPreferredPodAffinity", "pod_affinity", False, "red", HOSTNAME),
+    ("SchedulingPreferredPodAntiAffinity", "pod_anti_affinity", False, "yellow", HOSTNAME),
+])
+def test_inter_pod_affinity_workloads(name, kind, required, color, topology_key):
+    _, _, init, _, measured = _admitted(name)
+    assert {p.namespace for p in init} == {"sched-0"} and {p.namespace for p in measured} == {"sched-1"}
+    for p in init + measured:
+        assert p.labels == {"color": color}
+        terms = getattr(p.affinity, kind)
+        other = "pod_affinity" if kind == "pod_anti_affinity" else "pod_anti_affinity"
+        assert getattr(p.affinity, other) is None and p.affinity.node_affinity is None
+        if required:
+            assert not terms.preferred and len(terms.required) == 1
+            term = terms.required[0]
+        else:
+            assert not terms.required and len(terms.preferred) == 1 and terms.preferred[0].weight == 1
+            term = terms.preferred[0].term
+        assert term.topology_key == topology_key
+        assert term.namespaces == SCHED_NAMESPACES
+        assert term.label_selector.matches({"color": color}) and not term.label_selector.matches({"color": "x"})
+
+
+def test_anti_affinity_init_pods_respect_their_own_anti_affinity():
+    # init pods (1,000 of 5,000 nodes in kube's variant) each on a node of its own
+    _, _, init, _, _ = _admitted("SchedulingPodAntiAffinity", nodes=12, init_pods=12)
+    assert len({p.node_name for p in init}) == 12
+
+
+def test_node_affinity_workload():
+    _, _, init, _, measured = _admitted("SchedulingNodeAffinity")
+    assert {p.namespace for p in init} == {"namespace-1"} and {p.namespace for p in measured} == {"namespace-2"}
+    for p in init + measured:
+        (term,) = p.affinity.node_affinity.required.terms
+        (req,) = term.match_expressions
+        assert (req.key, req.operator, req.values) == (ZONE_LABEL, "In", ["zone1", "zone2"])
+
+
+@pytest.mark.parametrize("name,when", [("TopologySpreading", "DoNotSchedule"),
+                                       ("PreferredTopologySpreading", "ScheduleAnyway")])
+def test_spreading_workloads(name, when):
+    _, _, init, _, measured = _admitted(name)
+    assert {p.namespace for p in init} == {"namespace-1"} and {p.namespace for p in measured} == {"namespace-2"}
+    for p in init:
+        assert not p.topology_spread_constraints and not p.labels  # pod-default.yaml
+    for p in measured:
+        (c,) = p.topology_spread_constraints
+        assert (c.max_skew, c.topology_key, c.when_unsatisfiable) == (5, ZONE_LABEL, when)
+        assert p.labels == {"color": "blue"} and c.label_selector.matches({"color": "blue"})
+
+
+def test_mixed_scheduling_base_pod():
+    _, _, init, _, measured = _admitted("MixedSchedulingBasePod", nodes=40, init_pods=6)
+    assert len(init) == 30 and {p.namespace for p in init} == {"sched-0"}
+    colors = Counter(p.labels.get("color") for p in init)
+    assert colors == {None: 6, "blue": 6, "green": 6, "red": 6, "yellow": 6}
+    assert {p.namespace for p in measured} == {"namespace-7"}
+    assert all(p.affinity is None and not p.labels for p in measured)
+    green = [p.node_name for p in init if p.labels.get("color") == "green"]
+    assert len(set(green)) == len(green)  # required anti-affinity holds among the placed init pods
+
+
+def test_unschedulable_pods_fit_nowhere_and_come_first():
+    w, nodes, init, unsched, measured = _admitted("Unschedulable", unschedulable_pods=7)
+    assert len(unsched) == 7 and build("Unschedulable", 12, 6, 9).unschedulable.__len__() == 1000
+    max_cpu = max(n.allocatable["cpu"] for n in nodes)
+    for p in unsched:
+        assert p.priority == 10 and _requests(p) == (9000, 500 * 2**20) and p.containers[0].requests["cpu"] > max_cpu
+        assert not p.node_name and p.namespace == "namespace-2"
+    assert {p.namespace for p in measured} == {"namespace-3"}
+    assert all(_requests(p) == (100, 500 * 2**20) for p in measured)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"name": "NoSuchWorkload"}, "unknown workload 'NoSuchWorkload'"),
+    ({"name": "SchedulingBasic", "nodes": 0}, "nodes must be at least 1, not 0"),
+    ({"name": "SchedulingBasic", "pods": -3}, "pods must be at least 1, not -3"),
+    ({"name": "SchedulingBasic", "init_pods": -1}, "init pods must not be negative, not -1"),
+    ({"name": "SchedulingBasic", "unschedulable_pods": 5}, "workload SchedulingBasic has no unschedulable pods"),
+    ({"name": "Mixed", "unschedulable_pods": 5}, "workload Mixed has no unschedulable pods"),
+])
+def test_bad_sizes_and_names_are_refused_by_name(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        build(**kwargs)
+
+
+@pytest.mark.parametrize("name", WORKLOAD_NAMES)
+def test_the_mesh_bench_node_pool_reproduces_the_workload_nodes(name):
+    w = build(name, 100, 0, 1)  # Mixed: every 20th node a gpu node, its zones not round-robin among them
+    pool, rename = _pool_for(w.nodes)
+    made = {n.name: n for n in load_pools(pool)}
+    for n in w.nodes:
+        m = made[rename[n.name]]
+        assert m.labels.get(ZONE_LABEL) == n.labels.get(ZONE_LABEL)
+        # (the pool's kubelets also report 100Gi of ephemeral-storage, which no bench pod requests)
+        assert {k: m.allocatable[k] for k in n.allocatable} == n.allocatable and m.taints == n.taints
+        assert all(m.labels.get(k) == v for k, v in n.labels.items() if k != HOSTNAME)
+
+
+# ---- the in-process cycle decides as explain does --------------------------------------------
+def _explain_decisions(w, tmp_path: Path) -> list:
+    """`schedmesh explain --cluster cluster.yaml --pods pods.yaml --tie-break name`, through its library path."""
+    cluster_file, pods_file = tmp_path / "cluster.yaml", tmp_path / "pods.yaml"
+    cluster_file.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": (
+        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in w.namespaces]
+        + [node_to_json(n) for n in w.nodes] + [pod_to_json(p) for p in w.init])}))
+    pods_file.write_text(json.dumps({"apiVersion": "v1", "kind": "List",
+                                     "items": [pod_to_json(p) for p in w.unschedulable + w.measured]}))
+    cluster, pending = load_files([cluster_file]), load_files([pods_file])
+    admit_all(cluster)
+    admit_all(pending)
+    fill_times([p for p in cluster.pods if p.node_name], pending.pods)
+    profiles, percentage, extenders = load_profiles(None)
+    explainer = Explainer(cluster, profiles, "name", percentage, extenders)
+    return [(d.pod, d.chosen) for d in (explainer.decide(p) for p in pending.pods)]
+
+
+@pytest.mark.parametrize("name", WORKLOAD_NAMES)
+def test_in_process_cycle_places_like_explain(name, tmp_path):
+    unsched = 5 if SHAPES.get(name) and SHAPES[name].unschedulable else None
+    w = build(name, 50, 15, 30, unschedulable_pods=unsched)  # anti-affinity: init + measured <= nodes
+    ours = [(p.key, node) for p, node, _ in schedule_in_process(w, tie_break="name")]
+    theirs = _explain_decisions(w, tmp_path)
+    assert ours == theirs
+    placed = [node for _, node in ours]
+    assert placed[len(w.unschedulable):] and all(placed[len(w.unschedulable):])  # every measured pod fits here
+    assert placed[:len(w.unschedulable)] == [None] * len(w.unschedulable)
+
+
+def test_spreading_places_within_max_skew():
+    w = build("TopologySpreading", 50, 20, 40)
+    zone_of = {n.name: n.labels[ZONE_LABEL] for n in w.nodes}
+    counts = Counter(zone_of[node] for _, node, _ in schedule_in_process(w, tie_break="name"))
+    assert max(counts.values()) - min(counts.values()) <= 5
+
+
+# ---- one small bench through a real mesh -----------------------------------------------------
+def test_schedmesh_bench_through_a_real_mesh_prints_its_json(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    bench = subprocess.Popen([sys.executable, "-m", "schedmesh.cli.main", "bench", "--workload", "Unschedulable",
+                              "--nodes", "20", "--init-pods", "5", "--pods", "12", "--unschedulable-pods", "6",
+                              "--timeout", "40"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = bench.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        bench.terminate()  # SIGTERM: the bench stops its mesh before it exits
+        stdout, stderr = bench.communicate(timeout=120)
+        pytest.fail(f"schedmesh bench did not finish in 240 s: {stderr[-3000:]}")
+    assert bench.returncode == 0, stderr[-3000:]
+    result = json.loads(stdout.strip().splitlines()[-1])
+    for key in ("workload", "nodes", "pods", "scheduled", "pods_per_second", "latency_ms", "filter_shards",
+                "score_shards", "peak_rss_mib", "unschedulable_pods", "unschedulable_bound", "baseline_workload"):
+        assert key in result, key
+    assert set(result["latency_ms"]) >= {"p50", "p90", "p99"}
+    assert (result["workload"], result["nodes"], result["pods"], result["scheduled"]) == ("Unschedulable", 20, 12, 12)
+    assert (result["unschedulable_pods"], result["unschedulable_bound"]) == (6, 0)
+    assert result["pods_per_second"] > 0 and result["peak_rss_mib"] > 0
+    assert not list(tmp_path.glob(".schedmesh/mesh.json"))  # the bench's mesh is stopped
