@@ -31,7 +31,7 @@ def load(path: Path) -> x509.Certificate:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("certs")
-    r = run_certs("--out", "pki", "--san", "sched.example.com", "--san", "10.1.2.3", "--token", "token",
+    r = run_certs("--out", "pki", "--san", "sched.example.com", "--san", "10.1.2.3", "--new-token", "token",
                   "--kubernetes-secrets", "secrets.yaml", cwd=d)
     assert r.returncode == 0, r.stderr
     return d
@@ -121,7 +121,7 @@ def test_rerun_keeps_the_ca_and_new_ca_replaces_it(pki: Path, tmp_path: Path) ->
     (["--identity", "Bad_Name"], "--identity 'Bad_Name': must be a DNS label"),
     (["--identity", "ca"], "--identity 'ca': the name is taken by the CA's files"),
     (["--days", "0"], "--days 0: must be positive"),
-    (["--identity", "binder", "--client", "binder"], "binder: given both as --identity and --client"),
+    (["--identity", "binder", "--client-identity", "binder"], "binder: given both as --identity and --client-identity"),
 ])
 def test_bad_input_is_a_clear_error(tmp_path: Path, args: list, message: str) -> None:
     r = run_certs("--out", "pki", *args, cwd=tmp_path)

@@ -19,16 +19,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--identity", action="append", metavar="NAME",
                    help="service identities (certificate CN) to issue; repeatable "
                         f"(default: {', '.join(ids.SERVICE_IDENTITIES)})")
-    p.add_argument("--client", action="append", metavar="NAME",
+    p.add_argument("--client-identity", action="append", metavar="NAME",
                    help=f"client-only identities; repeatable (default: {', '.join(ids.CLIENT_IDENTITIES)})")
     p.add_argument("--san", action="append", default=[], metavar="NAME_OR_IP",
                    help="an extra DNS name or IP address for every service certificate; repeatable")
     p.add_argument("--days", type=int, default=CERT_VALIDITY_DAYS, help="validity of the certificates, in days")
     p.add_argument("--new-ca", action="store_true", help="replace the CA too (every old certificate stops working)")
-    p.add_argument("--token", metavar="FILE", help="also write a new Scheduler API token to FILE (mode 0600)")
+    p.add_argument("--new-token", metavar="FILE", help="also write a new Scheduler API token to FILE (mode 0600)")
     p.add_argument("--kubernetes-secrets", metavar="FILE",
                    help="also write one Kubernetes Secret per identity (schedmesh-tls-<identity>: ca.crt, tls.crt, "
-                        "tls.key; never the CA key), and schedmesh-api-token with --token, to FILE, for "
+                        "tls.key; never the CA key), and schedmesh-api-token with --new-token, to FILE, for "
                         "deploy/kubernetes")
 
 
@@ -67,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
     if args.days <= 0:
         raise ValueError(f"--days {args.days}: must be positive")
     identities = [_validate_name(n, "--identity") for n in (args.identity or ids.SERVICE_IDENTITIES)]
-    clients = [_validate_name(n, "--client") for n in (args.client or ids.CLIENT_IDENTITIES)]
+    clients = [_validate_name(n, "--client-identity") for n in (args.client_identity or ids.CLIENT_IDENTITIES)]
     clash = set(identities) & set(clients)
     if clash:
-        raise ValueError(f"{', '.join(sorted(clash))}: given both as --identity and --client")
+        raise ValueError(f"{', '.join(sorted(clash))}: given both as --identity and --client-identity")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out}: exists and is not a directory")
@@ -83,13 +83,13 @@ def run(args: argparse.Namespace) -> int:
           + ", ".join(p.stem for p in written if p.stem != CA_NAME))
     for p in written:
         print(f"  {p}  {p.with_suffix('.key')}" if p.stem != CA_NAME else f"  {p}  (CA; {p.with_suffix('.key')} signs)")
-    if args.token:
-        write_token(Path(args.token))
-        print(f"wrote a new API token to {args.token}")
+    if args.new_token:
+        write_token(Path(args.new_token))
+        print(f"wrote a new API token to {args.new_token}")
     if args.kubernetes_secrets:
-        token = Path(args.token) if args.token else None
+        token = Path(args.new_token) if args.new_token else None
         Path(args.kubernetes_secrets).write_text(kubernetes_secrets(out, [*identities, *clients], token))
         Path(args.kubernetes_secrets).chmod(0o600)
-        print(f"wrote {len(identities) + len(clients) + bool(args.token)} Secrets to {args.kubernetes_secrets} "
+        print(f"wrote {len(identities) + len(clients) + bool(args.new_token)} Secrets to {args.kubernetes_secrets} "
               "(`kubectl apply -f` it; it holds private keys)")
     return 0

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from schedmesh.security import identity as ids
@@ -165,8 +166,8 @@ def load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateK
         raise PKIError(f"{directory}: no CA ({e.filename} is missing); run `schedmesh certs --out {directory}`") from None
     except ValueError as e:
         raise PKIError(f"{directory}: the CA files cannot be read: {e}") from None
-    if not isinstance(key, ec.EllipticCurvePrivateKey) and not hasattr(key, "sign"):
-        raise PKIError(f"{files.key}: not a private key")
+    if not isinstance(key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)):
+        raise PKIError(f"{files.key}: not an ECDSA or RSA private key")
     return cert, key  # type: ignore[return-value]
 
 
@@ -212,8 +213,8 @@ def problems(directory: Path, names: Iterable[str]) -> list[str]:
             continue
         try:
             cert.verify_directly_issued_by(ca_cert)
-        except (ValueError, TypeError, Exception) as e:  # noqa: BLE001 - InvalidSignature and friends
-            out.append(f"{name}: not signed by this CA ({type(e).__name__})")
+        except (InvalidSignature, ValueError, TypeError):
+            out.append(f"{name}: not signed by this CA")
             continue
         if cert.not_valid_after_utc < soon:
             out.append(f"{name}: expires on {cert.not_valid_after_utc:%Y-%m-%d}")
@@ -222,15 +223,18 @@ def problems(directory: Path, names: Iterable[str]) -> list[str]:
 
 def ensure_pki(directory: Path, identities: Iterable[str] = ids.SERVICE_IDENTITIES,
                clients: Iterable[str] = ids.CLIENT_IDENTITIES) -> Optional[str]:
-    """Make the PKI if it is missing or unusable (keeping a usable CA); returns what was done
-    (for `up` to say), or None when the existing one was kept."""
+    """Make the PKI if it is missing or unusable, keeping a CA that is usable; returns what was
+    done (for `up` to say), or None when the existing files were kept."""
     identities, clients = list(identities), list(clients)
     found = problems(directory, [*identities, *clients])
     if not found:
         return None
-    keep_ca = (directory / f"{CA_NAME}.crt").exists() and not any(p.startswith(("the CA", str(directory)))
-                                                                  for p in found)
-    done = (f"re-issued the certificates in {directory} ({'; '.join(found)})" if keep_ca
-            else f"made a new CA and certificates in {directory}")
+    try:
+        ca_cert, _ = load_ca(directory)
+        keep_ca = ca_cert.not_valid_after_utc >= _now() + datetime.timedelta(days=RENEW_BEFORE_DAYS)
+    except PKIError:
+        keep_ca = False
     make_pki(directory, identities, clients, new_ca=not keep_ca)
-    return done
+    if keep_ca:
+        return f"re-issued the certificates in {directory} ({'; '.join(found)})"
+    return f"made a new CA and certificates in {directory}"
