@@ -35,6 +35,13 @@ def merged_pod(applied: Pod, live: Pod) -> Pod:
     return dataclasses.replace(live, meta=meta, **spec)
 
 
+def as_applied(merged: Pod, applied: Pod) -> Pod:
+    """The merged pod without what the cluster added to it (binding, status): what a user applied,
+    as a local store keeps it to apply again after the cluster is gone."""
+    return dataclasses.replace(merged, node_name=applied.node_name,
+                               **{f: getattr(applied, f) for f in _POD_STATUS_FIELDS})
+
+
 def pod_changed(merged: Pod, live: Pod) -> bool:
     """kubectl's "configured" (True) or "unchanged" (False)."""
     return (merged.meta.labels != live.meta.labels or merged.meta.annotations != live.meta.annotations

@@ -43,8 +43,11 @@ LATEST_LOGS = "latest"  # symlink to the newest run's log directory
 SUPERVISOR_LOG = "supervisor.log"
 SUPERVISOR_MODULE = "schedmesh.cli.supervisor"
 
-#: What stopping the mesh loses with the embedded (memory-only) broker; `up` and `down` say it.
-EMBEDDED_BROKER_LOSES = "applied objects are not kept across down/up with the embedded broker"
+#: What stopping the mesh keeps and loses with the embedded (memory-only) broker; `up` and `down`
+#: say it. The queue-manager keeps applied objects in APPLIED_DIR (schedmesh.mesh.applied_store).
+APPLIED_DIR = "applied"
+EMBEDDED_BROKER_LOSES = (f"applied objects are kept in .schedmesh/{APPLIED_DIR}/ and applied again at the next up; "
+                         "bindings, pod status and events are not (the pods are scheduled again)")
 
 
 class MeshError(ValueError):
@@ -464,6 +467,9 @@ class Supervisor:
     def attach_state(self, state: MeshState, path: Path) -> None:
         """Keep `state` (pids, restart counts) current in `path` from now on."""
         self.state, self.state_file = state, path
+        # where the queue-manager keeps what was applied (the broker keeps nothing across down/up)
+        from schedmesh.mesh.applied_store import STATE_DIR_ENV
+        self.env.setdefault(STATE_DIR_ENV, str(path.parent / APPLIED_DIR))
         self.record()
 
     def record(self) -> None:

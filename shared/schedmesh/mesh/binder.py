@@ -32,7 +32,7 @@ from schedmesh.bus import EventProducer, Record
 from schedmesh.framework.interface import CycleState
 from schedmesh.framework.profile import PluginRef, PluginSet, Profile
 from schedmesh.framework.runtime import Framework
-from schedmesh.mesh.cluster_cache import STATE_TOPICS, TOPIC_EVENTS, TOPIC_PODS, ClusterCache
+from schedmesh.mesh.cluster_cache import STATE_TOPICS, TOPIC_EVENTS, TOPIC_PODS, ClusterCache, is_terminal
 from schedmesh.mesh.records import (binding_update, event_batch_record, expand, pod_batch_record, pod_message,
                                     pod_record, publish)
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
@@ -85,6 +85,9 @@ class Decision:
     bound: bool
     reason: str = ""
     publish: Optional[Pod] = None  # the bound pod to publish (a new commitment), else None
+    # Refused because the pod is already bound there: the caller had not seen that binding (lost
+    # with a restarted broker's topics, say), so it is announced again.
+    bound_elsewhere: str = ""
 
 
 class BindLedger:
@@ -141,7 +144,7 @@ class BindLedger:
             if already:
                 if already == node_name:
                     return Decision(True)
-                return Decision(False, f"pod {pod.key} is already bound to {already}")
+                return Decision(False, f"pod {pod.key} is already bound to {already}", bound_elsewhere=already)
             snapshot = self.cache.snapshot
             ni = snapshot.get(node_name)
             if ni is None:
@@ -209,6 +212,13 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
                     for i in new:
                         self.ledger.rollback(pods[i].uid)
                         out[i] = binder_pb2.BindResponse(bound=False, reason=f"publishing the binding failed: {e}")
+            known = [binding_update(pods[i], d.bound_elsewhere, self.name)
+                     for i, d in enumerate(decisions) if d.bound_elsewhere and pods[i].uid in self.ledger.cache.pods]
+            if known:
+                try:
+                    await publish(self.producer, [pod_batch_record(known, self.name)])
+                except Exception as e:  # noqa: BLE001 - the next refusal announces it again
+                    log.warning("announcing %d known binding(s) failed: %r", len(known), e)
         for pod, b, r in zip(pods, binds, out):
             if not r.bound:
                 metrics.observe_binder_conflict(r.reason.split(":")[0][:60])
@@ -230,12 +240,20 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         return binder_pb2.BindBatchResponse(results=await self._commit(request.binds, request.client_id))
 
     async def republish_pending(self) -> None:
-        """After a broker restart: bindings committed but never seen back may be lost."""
+        """After a broker restart: every binding this binder knows, committed but never seen back
+        or seen back (a binding the kubelet agent had not read before the broker went is lost
+        otherwise); re-publishing one the agent also re-publishes is harmless (same pod, node)."""
         async with self.lock:
-            pods = self.ledger.pending()
+            with self.ledger.cache.lock:
+                pending = self.ledger.pending()
+                seen = {p.uid for p in pending}
+                pods = pending + [p for p in self.ledger.cache.pods.values()
+                                  if p.node_name and p.uid not in seen and not is_terminal(p)]
             if pods:
-                log.info("broker restarted: re-publishing %d unconfirmed binding(s)", len(pods))
-                await publish(self.producer, [pod_record(p, source=self.name) for p in pods])
+                log.info("broker restarted: re-publishing %d binding(s) (%d unconfirmed)", len(pods), len(pending))
+                msgs = [pod_message(p, source=self.name) for p in pods]
+                await publish(self.producer, [pod_batch_record(msgs[i:i + 500], self.name)
+                                              for i in range(0, len(msgs), 500)])
 
 
 def fit_args_from_config(path: Optional[str]) -> Optional[dict]:

@@ -28,6 +28,10 @@ from schedmesh.v1 import events_pb2
 Listener = Callable[[str, object, object], None]
 
 
+_BINDING_AND_STATUS = ("node_name", "phase", "start_time", "conditions", "status_reason", "status_message",
+                       "nominated_node_name")
+
+
 def is_terminal(pod: Pod) -> bool:
     return pod.phase in ("Succeeded", "Failed")
 
@@ -136,6 +140,11 @@ class ClusterCache:
         old = self.pods.get(uid)
         if old is not None and is_terminal(old):
             old = None  # already gone from the snapshot and, for listeners, deleted
+        if old is not None and old.node_name and not pod.node_name and not deleted:
+            # spec.nodeName never goes back to empty (the API server forbids it): an unbound copy
+            # of a bound pod is stale (e.g. re-published from a cache that had not seen the binding
+            # before a broker restart) and must not unbind it; its binding and status stay.
+            pod = dataclasses.replace(pod, **{f: getattr(old, f) for f in _BINDING_AND_STATUS})
         if old is not None and old.node_name:
             self.snapshot.remove_pod(old)
         if deleted:

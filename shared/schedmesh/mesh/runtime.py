@@ -161,9 +161,13 @@ class CacheFollower:
 
     async def _restarted(self) -> None:
         # A memory-only broker came back empty: offsets start again from 0. Keep the cached
-        # objects (their owners re-publish them) but forget the old offsets.
-        with self.cache.lock:
-            self.cache.offsets.clear()
+        # objects (their owners re-publish them) but forget the old offsets (a view carrying them
+        # would make every shard wait for offsets the new broker never reaches). Off the event
+        # loop: a scheduling cycle may hold the cache's lock.
+        def forget_offsets() -> None:
+            with self.cache.lock:
+                self.cache.offsets.clear()
+        await asyncio.to_thread(forget_offsets)
         if self._user_restart is not None:
             await self._user_restart()
 

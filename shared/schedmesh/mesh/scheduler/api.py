@@ -13,7 +13,7 @@ import grpc
 from schedmesh.api import convert
 from schedmesh.api.load import ManifestError, Manifests, admit_all, load_text
 from schedmesh.api.types import Node, Pod
-from schedmesh.api.update import merged_pod, pod_changed, pod_update_error
+from schedmesh.api.update import as_applied, merged_pod, pod_changed, pod_update_error
 from schedmesh.bus import EventProducer
 from schedmesh.eviction.taint_eviction import default_toleration_seconds
 from schedmesh.mesh import records
@@ -43,6 +43,7 @@ class ApplyPlan:
     publish: Manifests = field(default_factory=Manifests)
     lines: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    stored_pods: list = field(default_factory=list)  # the published pods as applied (no binding, no status)
 
     def add(self, kind: str, name: str, obj, live, publish_to: list) -> None:
         if live is None:
@@ -98,7 +99,8 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         for n in plan.publish.nodes:
             qm.applied_nodes[n.name] = n
         if qm.store is not None:  # durable local state: what was applied survives down/up
-            qm.store.record(plan.publish)
+            stored = replace(plan.publish, pods=plan.stored_pods)
+            await asyncio.to_thread(qm.store.write, records.manifest_records(stored, source=qm.cfg.client_id))
         return queue_pb2.ApplyResponse(applied=plan.lines)
 
     async def _plan(self, m):
@@ -144,6 +146,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                 live = await self._settled(live)  # not while its binding is on its way
             if live is None:
                 plan.publish.pods.append(p)
+                plan.stored_pods.append(p)
                 plan.lines.append(f"pod/{p.namespace}/{p.name} created")
                 continue
             merged = merged_pod(p, live)
@@ -152,6 +155,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                 plan.errors.append(error)
             elif pod_changed(merged, live):
                 plan.publish.pods.append(merged)
+                plan.stored_pods.append(as_applied(merged, p))
                 plan.lines.append(f"pod/{p.namespace}/{p.name} configured")
             else:
                 plan.lines.append(f"pod/{p.namespace}/{p.name} unchanged")
@@ -179,6 +183,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                 await records.publish(qm.producer, [records.pod_record(replace(pod, meta=meta), source=qm.cfg.client_id)])
             else:
                 await records.publish(qm.producer, [records.pod_record(pod, deleted=True, source=qm.cfg.client_id)])
+            await self._unstore([records.pod_record(pod, deleted=True, source=qm.cfg.client_id)])
             return queue_pb2.DeleteResponse(result=f'pod "{name}" deleted')
         if kind in ("node", "nodes"):
             ni = qm.cache.snapshot.get(name)
@@ -186,21 +191,29 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                 await context.abort(grpc.StatusCode.NOT_FOUND, f'nodes "{name}" not found')
             qm.applied_nodes.pop(name, None)
             await records.publish(qm.producer, [records.node_record(ni.node, deleted=True, source=qm.cfg.client_id)])
+            await self._unstore([records.node_record(ni.node, deleted=True, source=qm.cfg.client_id)])
             return queue_pb2.DeleteResponse(result=f'node "{name}" deleted')
         if kind in ("priorityclass", "priorityclasses", "pc"):
             pc = qm.cache.priority_classes.get(name)
             if pc is None:
                 await context.abort(grpc.StatusCode.NOT_FOUND, f'priorityclasses "{name}" not found')
             await records.publish(qm.producer, [records.priority_class_record(pc, deleted=True)])
+            await self._unstore([records.priority_class_record(pc, deleted=True)])
             return queue_pb2.DeleteResponse(result=f'priorityclass "{name}" deleted')
         if kind in ("pdb", "pdbs", "poddisruptionbudget"):
             pdb = qm.cache.pdbs.get(f"{ns}/{name}")
             if pdb is None:
                 await context.abort(grpc.StatusCode.NOT_FOUND, f'poddisruptionbudgets "{name}" not found in namespace {ns}')
             await records.publish(qm.producer, [records.pdb_record(pdb, deleted=True)])
+            await self._unstore([records.pdb_record(pdb, deleted=True)])
             return queue_pb2.DeleteResponse(result=f'poddisruptionbudget "{name}" deleted')
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                             f"kind must be pod, node, priorityclass or pdb, not {request.kind!r}")
+
+    async def _unstore(self, deletions: list) -> None:
+        """A deleted object leaves the local store too (it must not come back at the next `up`)."""
+        if self.qm.store is not None:
+            await asyncio.to_thread(self.qm.store.write, deletions)
 
     async def GetPods(self, request, context):
         qm = self.qm

@@ -30,7 +30,9 @@ from schedmesh.bus import EventConsumer, EventProducer
 from schedmesh.framework.runtime import Framework, build_frameworks
 from schedmesh.framework.profile import DEFAULT_SCHEDULER_NAME
 from schedmesh.mesh import records
-from schedmesh.mesh.cluster_cache import TOPIC_EVENTS, ClusterCache
+from schedmesh.mesh.cluster_cache import (TOPIC_EVENTS, TOPIC_NAMESPACES, TOPIC_NODES, TOPIC_PDBS, TOPIC_PODS,
+                                          TOPIC_PRIORITY_CLASSES, ClusterCache)
+from schedmesh.mesh.applied_store import AppliedStore
 from schedmesh.mesh.runtime import CacheFollower
 from schedmesh.queue.scheduling_queue import PriorityQueue
 from schedmesh.security.credentials import TLSFiles, channel
@@ -76,7 +78,10 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self.notes: dict[str, PodNotes] = {}
         self._notes_lock = threading.Lock()
         self.applied_nodes: dict[str, Node] = {}
-        self.store = None  # an AppliedStore: what was applied, kept across down/up (embedded mode)
+        # What was applied, kept on disk across down/up when the broker keeps nothing (local mesh).
+        self.store: Optional[AppliedStore] = AppliedStore.from_env()
+        if self.store is not None:
+            self.cache.listeners.append(self._forget_deleted)
         self.cache.listeners.append(self._on_change)
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.producer: Optional[EventProducer] = None
@@ -112,6 +117,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         await self.events_consumer.start(timeout)
         for r in await self.events_consumer.catch_up(timeout):
             self._on_event_record(r)
+        await self._restore()
         self.queue.run()
         self._thread = threading.Thread(target=self._schedule_loop, name="schedule-one", daemon=True)
         self._thread.start()
@@ -171,20 +177,65 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         return TOPIC_EVENTS, pod.uid, ev.SerializeToString()
 
     async def _republish(self) -> None:
-        """The broker came back empty: publish again what this queue-manager owns."""
-        with self.cache.lock:
-            recs = [records.namespace_record(ns) for ns in self.cache.namespaces()]
-            recs += [records.priority_class_record(pc) for pc in self.cache.priority_classes.values()]
-            recs += [records.pdb_record(p) for p in self.cache.pdbs.values()]
-            for name, node in self.applied_nodes.items():
-                ni = self.cache.snapshot.get(name)
-                recs.append(records.node_record(ni.node if ni is not None and ni.node is not None else node,
-                                                source=self.cfg.client_id))
-            recs += [records.pod_record(p, source=self.cfg.client_id) for p in self.cache.pending_pods()
-                     if p.scheduler_name in self.frameworks]
+        """The broker came back empty: publish again what this queue-manager owns, as the API
+        server would still hold it: applied objects and every pod of its profiles, bound ones with
+        their binding and status (a binding the kubelet agent had not seen yet is otherwise lost;
+        an unbound copy never unbinds a pod in any cache, see ClusterCache), except pods assumed
+        and not yet seen bound (the binder re-publishes the bindings it made). The records are built
+        off the event loop (thousands of pods take seconds to encode)."""
+        def build() -> list:
+            with self.cache.lock:
+                recs = [records.namespace_record(ns) for ns in self.cache.namespaces()]
+                recs += [records.priority_class_record(pc) for pc in self.cache.priority_classes.values()]
+                recs += [records.pdb_record(p) for p in self.cache.pdbs.values()]
+                for name, node in self.applied_nodes.items():
+                    ni = self.cache.snapshot.get(name)
+                    recs.append(records.node_record(ni.node if ni is not None and ni.node is not None else node,
+                                                    source=self.cfg.client_id))
+                with self._assumed_lock:  # a binding on its way is the binder's to re-publish
+                    in_flight = set(self.assumed)
+                pods = [p for p in self.cache.pods.values()
+                        if p.scheduler_name in self.frameworks and p.uid not in in_flight]
+            # pods in creation order, in batch records (one Kafka record per few hundred pods)
+            pods.sort(key=lambda p: (p.meta.creation_timestamp or 0.0, p.namespace, p.name))
+            for i in range(0, len(pods), 500):
+                recs.append(records.pod_batch_record(
+                    [records.pod_message(p, source=self.cfg.client_id) for p in pods[i:i + 500]], self.cfg.client_id))
+            return recs
+        recs = await asyncio.to_thread(build)
         log.warning("broker restarted: re-publishing %d records", len(recs))
         await records.publish(self.producer, recs)
 
+    async def _restore(self) -> None:
+        """At start: publish again, from the local store, what was applied and the broker no longer
+        has (a whole-mesh down/up, or a broker restart while this process was down)."""
+        if self.store is None:
+            return
+        stored = await asyncio.to_thread(self.store.records)
+        with self.cache.lock:
+            known = {TOPIC_PODS: set(self.cache.pods), TOPIC_PRIORITY_CLASSES: set(self.cache.priority_classes),
+                     TOPIC_PDBS: set(self.cache.pdbs), TOPIC_NAMESPACES: set(self.cache.snapshot.namespace_labels),
+                     TOPIC_NODES: {ni.node.name for ni in self.cache.snapshot.node_info_list if ni.node is not None}}
+        missing = [(t, k, v) for t, k, v in stored if k not in known.get(t, ())]
+        pods = [events_pb2.PodRecord.FromString(v) for t, _k, v in missing if t == TOPIC_PODS]
+        recs = [r for r in missing if r[0] != TOPIC_PODS]
+        for r in recs:
+            if r[0] == TOPIC_NODES:
+                node = convert.node_from_proto(events_pb2.NodeRecord.FromString(r[2]).node)
+                self.applied_nodes[node.name] = node
+        pods.sort(key=lambda r: (r.pod.metadata.creation_timestamp, r.pod.metadata.namespace, r.pod.metadata.name))
+        for i in range(0, len(pods), 500):
+            recs.append(records.pod_batch_record(pods[i:i + 500], self.cfg.client_id))
+        if recs:
+            log.warning("restoring %d applied object(s) (%d pods) from %s: the broker did not have them",
+                        len(missing), len(pods), self.store.path)
+            await records.publish(self.producer, recs)
+        await asyncio.to_thread(self.store.compact)
+
+    def _forget_deleted(self, kind: str, old, new) -> None:
+        """A pod of ours deleted (or ended) by anyone leaves the store: it must not run again at `up`."""
+        if kind == "pod" and new is None and old is not None and old.scheduler_name in self.frameworks:
+            self.store.forget(TOPIC_PODS, [old.uid])
 
     # ---- the ClusterView sent to the shards --------------------------------------------
     def _view(self) -> spb.ClusterView:
