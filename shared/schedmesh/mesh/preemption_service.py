@@ -179,6 +179,9 @@ class PreemptionEvaluator:
                                    [(convert.pod_from_proto(a.pod), a.node_name) for a in req.view.assumed])
             pod = convert.pod_from_proto(req.pod)
             with self.cache.lock:
+                # kube's Preempt starts from the latest version of the pod (its nominatedNodeName
+                # decides whether it may preempt again while its victims terminate).
+                pod = self.cache.pods.get(pod.uid) or pod
                 fw.services["pdbs"] = self.cache.pdb_list()
                 fw.services["nominator"] = RequestNominator(req.view.nominated)
                 self._capture.decision = None

@@ -216,3 +216,19 @@ def test_preemptions_in_flight_until_the_last_victim_terminates():
     flight.started("r")
     flight.answered("r", ["gone"])  # the last victim already deleted
     assert not flight.is_pod_running_preemption("r")
+
+
+def test_no_second_preemption_while_victims_terminate_on_the_nominated_node():
+    # The preemptor's own copy in the request predates its nomination: the service reads the
+    # latest one (kube's Preempt does), sees its victims terminating there, and preempts nothing.
+    c = small_cluster()
+    preemptor = make_pod("urgent", priority=100, req={"cpu": "2"}, uid="urgent-uid")
+    c.apply(records.pod_record(preemptor))
+    evaluator = service(c)
+    resp, recs = evaluator.decide(c.request(preemptor), now=500.0)
+    assert resp.nominated_node_name == "n2" and len(resp.victims) == 2
+    for r in recs:
+        c.apply(r)
+    again, recs = evaluator.decide(c.request(preemptor))
+    assert again.message.endswith("preemption: not eligible due to a terminating pod on the nominated node.")
+    assert not again.has_result and recs == []
