@@ -18,7 +18,7 @@ import pytest
 
 from schedmesh.api.load import admit_all, load_files, load_text
 from schedmesh.api.to_json import node_to_json, pod_to_json
-from schedmesh.bench.cycle_bench import schedule_in_process
+from schedmesh.bench.cycle_bench import run as run_cycle_bench, schedule_in_process
 from schedmesh.bench.mesh_bench import _pool_for
 from schedmesh.bench.workloads import SHAPES, WORKLOAD_NAMES, ZONE_LABEL, build, default_sizes
 from schedmesh.cli.explain import Explainer, fill_times, load_profiles
@@ -261,6 +261,16 @@ def test_spreading_places_within_max_skew():
     zone_of = {n.name: n.labels[ZONE_LABEL] for n in w.nodes}
     counts = Counter(zone_of[node] for _, node, _ in schedule_in_process(w, tie_break="name"))
     assert max(counts.values()) - min(counts.values()) <= 5
+
+
+def test_bench_cycle_reports_the_unschedulable_pods_apart():
+    result = run_cycle_bench("Unschedulable", nodes=30, init_pods=10, pods=20, unschedulable_pods=4,
+                             tie_break="name")
+    assert (result["workload"], result["nodes"], result["init_pods"], result["pods"]) == ("Unschedulable", 30, 10, 20)
+    assert (result["unschedulable_pods"], result["unschedulable_placed"], result["scheduled"]) == (4, 0, 20)
+    assert set(result["latency_ms"]) >= {"p50", "p90", "p99"}
+    assert result["pods_per_second"] > 0 and result["peak_rss_mib"] > 0
+    assert (result["filter_shards"], result["score_shards"]) == (0, 0)
 
 
 # ---- one small bench through a real mesh -----------------------------------------------------

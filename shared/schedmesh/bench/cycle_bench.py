@@ -8,6 +8,7 @@ there is no queue here, so they cost the measured pods nothing: that cost is the
 from __future__ import annotations
 
 import json
+import resource
 import time
 from typing import Iterator, Optional
 
@@ -67,7 +68,8 @@ def run(workload: str, nodes: Optional[int] = None, init_pods: Optional[int] = N
                            "p90": round(float(np.percentile(lat, 90)), 3),
                            "p99": round(float(np.percentile(lat, 99)), 3),
                            "max": round(float(lat.max()), 3)},
-            "filter_shards": 0, "score_shards": 0}
+            "filter_shards": 0, "score_shards": 0,  # one process: Filter and Score run here
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
 def add_arguments(p) -> None:
