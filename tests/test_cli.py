@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import time
@@ -117,18 +118,20 @@ def test_apply_get_describe_delete(mesh: Path) -> None:
         r = schedmesh("get", "pods", "-o", "wide", cwd=mesh)
         assert r.returncode == 0, r.stderr
         lines = {line.split()[1]: line for line in r.stdout.splitlines()[1:] if line.split()}
-        hello_bound = "hello" in lines and lines["hello"].split()[3] != "<none>"
+        hello_bound = "hello" in lines and lines["hello"].split()[7] != "<none>"  # NODE
         d = schedmesh("describe", "pod", "huge", cwd=mesh)
         if hello_bound and "FailedScheduling" in d.stdout:
             break
         assert time.time() < deadline, f"not scheduled in time:\n{r.stdout}\n{d.stdout}\n{d.stderr}"
         time.sleep(0.5)
-    assert r.stdout.splitlines()[0].split()[:6] == ["NAMESPACE", "NAME", "STATUS", "NODE", "QUEUE", "AGE"]
+    # kubectl's wide columns (all namespaces: NAMESPACE first), then schedmesh's QUEUE and TRACE ID
+    assert re.split(r"\s{2,}", r.stdout.splitlines()[0].strip()) == ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP",
+                                                   "NODE", "NOMINATED NODE", "READINESS GATES", "QUEUE", "TRACE ID"]
     assert "Insufficient cpu" in d.stdout, d.stdout
     r = schedmesh("get", "nodes", cwd=mesh)
     assert r.returncode == 0 and "zone-a" in r.stdout, r.stdout + r.stderr
     r = schedmesh("get", "pods", "-o", "json", cwd=mesh)
-    assert r.returncode == 0 and '"pods"' in r.stdout
+    assert r.returncode == 0 and '"kind": "List"' in r.stdout and '"items"' in r.stdout
     r = schedmesh("delete", "pod", "huge", cwd=mesh)
     assert r.returncode == 0, r.stderr
     r = schedmesh("describe", "pod", "no-such-pod", cwd=mesh)

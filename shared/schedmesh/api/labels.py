@@ -69,3 +69,57 @@ class LabelSelector:
 def selector_matches(selector: Optional[LabelSelector], labels: Mapping[str, str]) -> bool:
     """LabelSelectorAsSelector semantics: None matches nothing, empty matches everything."""
     return selector is not None and selector.matches(labels)
+
+
+_SET_OPERATORS = {"in": IN, "notin": NOT_IN}
+
+
+def parse_selector(text: str) -> LabelSelector:
+    """kubectl's `-l` syntax (apimachinery labels.Parse): comma-separated requirements
+    `k=v`, `k==v`, `k!=v` (matches a missing key too), `k in (a,b)`, `k notin (a,b)`, `k`, `!k`.
+    A ValueError names the requirement that does not parse."""
+    reqs: list[LabelSelectorRequirement] = []
+    i, n = 0, len(text)
+    while i < n:
+        # a requirement runs to the next comma outside parentheses
+        depth, j = 0, i
+        while j < n and (text[j] != "," or depth):
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            j += 1
+        part = text[i:j].strip()
+        i = j + 1
+        if not part:
+            raise ValueError(f"label selector {text!r}: empty requirement")
+        reqs.append(_parse_requirement(part, text))
+    return LabelSelector((), tuple(reqs))
+
+
+def _parse_requirement(part: str, text: str) -> LabelSelectorRequirement:
+    bad = ValueError(f"label selector {text!r}: cannot parse {part!r} (want k=v, k!=v, k in (a,b), "
+                     "k notin (a,b), k or !k)")
+    if part.startswith("!"):
+        key = part[1:].strip()
+        if not key or any(c in key for c in "=!() "):
+            raise bad
+        return LabelSelectorRequirement(key, DOES_NOT_EXIST)
+    for op, kube_op in (("!=", NOT_IN), ("==", IN), ("=", IN)):
+        if op in part:
+            key, _, value = part.partition(op)
+            key, value = key.strip(), value.strip()
+            if not key or any(c in key + value for c in "=!() "):
+                raise bad
+            return LabelSelectorRequirement(key, kube_op, (value,))
+    words = part.split(None, 1)
+    if len(words) == 2:
+        key, rest = words[0], words[1].strip()
+        word, _, values = rest.partition("(")
+        op = _SET_OPERATORS.get(word.strip())
+        if op is None or not values.endswith(")"):
+            raise bad
+        vals = tuple(v.strip() for v in values[:-1].split(",") if v.strip())
+        if not vals:
+            raise ValueError(f"label selector {text!r}: {part!r}: {word.strip()} needs at least one value")
+        return LabelSelectorRequirement(key, op, vals)
+    if any(c in part for c in "=!() "):
+        raise bad
+    return LabelSelectorRequirement(part, EXISTS)

@@ -202,6 +202,8 @@ def pod_to_json(p: Pod) -> dict[str, Any]:
     _put(status, "reason", p.status_reason)
     _put(status, "message", p.status_message)
     _put(status, "startTime", rfc3339(p.start_time))
+    from schedmesh.eviction.qos import qos_class  # the API server sets it on every pod
+    status["qosClass"] = qos_class(p)
     _put(status, "conditions", [_without_empty({"type": c.type, "status": c.status, "reason": c.reason,
                                                 "message": c.message}) for c in p.conditions])
     return {"apiVersion": "v1", "kind": "Pod", "metadata": object_meta(p.meta), "spec": spec, "status": status}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -12,6 +13,9 @@ def build_parser() -> argparse.ArgumentParser:
     from schedmesh.cli import explain
 
     parser = argparse.ArgumentParser(prog="schedmesh", description="A Kubernetes-compatible pod scheduler mesh.")
+    from schedmesh.cli import connection, kubectl
+    parser.add_argument("--version", action="version", version=f"schedmesh {kubectl.version()}")
+    connection.add_arguments(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("explain", help="place pending pods on a cluster and show every decision")
     explain.add_arguments(p)
@@ -39,7 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = build_parser()
+    try:  # shell completion (`schedmesh completion bash`): answers and exits when the shell asks
+        import argcomplete
+        argcomplete.autocomplete(parser)
+    except ImportError:
+        pass
     args = parser.parse_args(argv)
+    from schedmesh.cli import connection
+    connection.configure(args)
     try:
         code = args.func(args)
     except ManifestError as e:
@@ -50,6 +61,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:  # `schedmesh get pods | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     sys.exit(code or 0)
 
 

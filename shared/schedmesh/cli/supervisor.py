@@ -78,6 +78,7 @@ class ProcInfo:
     args: list[str] = field(default_factory=list)  # command-line arguments besides --port
     restarts: int = 0
     last_restart: str = ""  # when and why it was last restarted
+    metrics_port: int = 0  # its Prometheus /metrics on 127.0.0.1 (0: none, e.g. the broker)
 
 
 def _known_fields(cls, d: dict) -> dict:
@@ -486,6 +487,9 @@ class Supervisor:
                         health=health, args=list(args))
         child = _Child(info, ready_text)
         child.env = dict(env or {})
+        if health:  # a mesh service (the broker has no /metrics): a fixed port, kept across restarts
+            info.metrics_port = free_port()
+            child.env["SCHEDMESH_METRICS_PORT"] = str(info.metrics_port)
         self._spawn(child)
         self.children.append(child)
         self.record()

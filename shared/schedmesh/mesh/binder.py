@@ -27,6 +27,7 @@ import grpc
 from opentelemetry import trace
 
 from schedmesh.api import convert
+from schedmesh.framework.profile import DEFAULT_SCHEDULER_NAME
 from schedmesh.api.types import Pod, PodCondition
 from schedmesh.bus import EventProducer, Record
 from schedmesh.framework.interface import CycleState
@@ -192,7 +193,8 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
                 update = pod_message(bound_pod(pod, node), source=self.name)
                 update.traceparent = here
             return (update,
-                    event_message(pod, "Scheduled", f"Successfully assigned {pod.key} to {node}", self.name))
+                    event_message(pod, "Scheduled", f"Successfully assigned {pod.key} to {node}",
+                                  pod.scheduler_name or DEFAULT_SCHEDULER_NAME))
 
     async def _commit(self, binds, client_id: str) -> list[binder_pb2.BindResponse]:
         """Decide every binding in order against the ledger, then publish the new ones: one

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import Optional
@@ -247,3 +248,33 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             n = qm.notes.get(pod.uid)
             events = list(n.events) if n else []
         return queue_pb2.PodDescription(pod=view, events=events)
+
+    async def ListEvents(self, request, context):
+        """`schedmesh get events`: the events kept about live pods (as DescribePod shows them)."""
+        qm = self.qm
+        with qm.cache.lock:
+            uids = [p.uid for p in qm.cache.pods.values() if not request.namespace or p.namespace == request.namespace]
+        with qm._notes_lock:
+            events = [e for uid in uids if (n := qm.notes.get(uid)) for e in n.events]
+        events.sort(key=lambda e: e.timestamp)
+        return queue_pb2.EventList(events=events)
+
+    # This process's /metrics, set by service.serve once it listens ("" before, or without metrics).
+    metrics_url: str = ""
+
+    async def GetServices(self, request, context):
+        """The services this scheduler talks to, for `schedmesh get services` against a remote mesh:
+        itself (address "": the one the client reached), its shards, binder, preemption and
+        controller-manager. Peers' /metrics are not known here (each serves its own)."""
+        cfg = self.qm.cfg
+        out = queue_pb2.ServiceList()
+        out.services.add(name=cfg.client_id, address="", metrics_url=self.metrics_url)
+        for kind, addresses in (("filter-worker", cfg.filter_workers), ("score-worker", cfg.score_workers)):
+            for i, address in enumerate(addresses):
+                out.services.add(name=f"{kind}-{i}", address=address)
+        peers = (("binder", cfg.binder), ("preemption", cfg.preemption or ""),
+                 ("controller-manager", os.environ.get("SCHEDMESH_CONTROLLER_MANAGER", "")))
+        for name, address in peers:
+            if address:
+                out.services.add(name=name, address=address)
+        return out

@@ -18,10 +18,13 @@ log = logging.getLogger("schedmesh.queue_manager")
 async def serve(cfg: QueueManagerConfig, bootstrap: str, port: int) -> None:
     proc = ServiceProcess(cfg.client_id, port)
     qm = QueueManager(cfg, bootstrap)
-    queue_pb2_grpc.add_SchedulerServicer_to_server(SchedulerServicer(qm), proc.server)
+    servicer = SchedulerServicer(qm)
+    queue_pb2_grpc.add_SchedulerServicer_to_server(servicer, proc.server)
     # evict, cordon, taint: served by the controller-manager, reachable here
     policy_pb2_grpc.add_PolicyServicer_to_server(PolicyForwarder(), proc.server)
     await proc.start()
+    if proc.metrics_port:  # for `schedmesh get services` (0.0.0.0: the client substitutes the host it reached)
+        servicer.metrics_url = f"http://{proc.host}:{proc.metrics_port}/metrics"
     await qm.start()
     proc.spawn(qm.follow(), "follow")
     proc.spawn(qm.follow_events(), "follow-events")
