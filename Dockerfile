@@ -1,23 +1,38 @@
 # One image for every schedmesh service: the command picks the service
 # (python -m services.<name>). Build: docker build -t schedmesh:latest .
+#
+# Two stages. The first installs the pinned dependencies (requirements.lock, `make lock`) in a layer
+# of their own, which stays cached until the lock file changes, then builds and installs the
+# project: `pip install .` runs setup.py's build hook, grpc_tools.protoc on protos/, so the
+# installed package carries the generated gRPC code. The second stage copies only that virtual
+# environment: no compiler, no build tools, no sources.
+FROM python:3.11-slim AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/schedmesh/bin:$PATH
+
+RUN python -m venv /opt/schedmesh
+# The dependency layer: only the lock file is in its context.
+COPY requirements.lock /tmp/requirements.lock
+RUN pip install -r /tmp/requirements.lock
+
+WORKDIR /src
+COPY . .
+RUN pip install . --no-deps \
+ && python -c "import schedmesh.v1.scheduling_pb2_grpc, grpc_health.v1.health_pb2, services.filter_worker" \
+ && schedmesh --version
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PATH=/opt/schedmesh/bin:$PATH
 
+COPY --from=build /opt/schedmesh /opt/schedmesh
 WORKDIR /app
-COPY . .
-
-# Generated protobuf/gRPC code is never committed: generate it here (the same protoc step as
-# `make protos`) before installing, so the installed package carries it.
-RUN pip install "grpcio-tools>=1.60" \
- && python -m grpc_tools.protoc -Iprotos --python_out=shared --pyi_out=shared --grpc_python_out=shared \
-      protos/schedmesh/v1/*.proto \
- && pip install . \
- && python -c "import schedmesh.v1.scheduling_pb2_grpc, grpc_health.v1.health_pb2, services.filter_worker" \
- && useradd --uid 10001 --user-group --create-home --home-dir /home/schedmesh --shell /usr/sbin/nologin schedmesh
+COPY deploy/docker/entrypoint.py /app/deploy/docker/entrypoint.py
+RUN useradd --uid 10001 --user-group --create-home --home-dir /home/schedmesh --shell /usr/sbin/nologin schedmesh
 
 # Numeric user so Kubernetes runAsNonRoot can verify it.
 USER 10001:10001

@@ -8,15 +8,23 @@ PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard protos/schedmesh/v1/*.proto)
 
-.PHONY: install protos run test test-fast golden bench clean
+.PHONY: install protos lock run test test-fast golden bench clean
 
 install: $(STAMP) protos
 
-$(STAMP): pyproject.toml
+# Every version pinned by requirements-dev.lock (runtime, the embedded broker and the dev tools);
+# the project itself is installed editable on top, without resolving anything again.
+$(STAMP): pyproject.toml requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e '.[dev]'
+	$(PIP) install --quiet -r requirements-dev.lock
+	$(PIP) install --quiet --no-deps -e '.[dev]'
 	touch $(STAMP)
+
+# Re-pin: requirements.lock (what the image installs) and requirements-dev.lock (make install, CI).
+lock: $(STAMP)
+	$(VENV)/bin/uv pip compile pyproject.toml --python-version 3.11 --no-header -o requirements.lock
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --python-version 3.11 --no-header -o requirements-dev.lock
 
 # Generated protobuf/gRPC code lives next to the library (shared/schedmesh/v1/), never committed.
 protos: $(STAMP)
