@@ -11,6 +11,7 @@ from typing import Any, Optional
 import grpc
 from opentelemetry import trace
 
+from schedmesh.queue.backoff_queue import backoff_duration_ns
 from schedmesh.api.types import Pod, PodCondition
 from schedmesh.framework.interface import Code, CycleState, PluginError
 from schedmesh.mesh import records
@@ -101,6 +102,9 @@ class ScheduleOne:
         if fw is None or current is None or current.node_name or current.meta.deletion_timestamp is not None:
             self.queue.done(pod.uid)  # deleted, bound elsewhere, or being deleted: skip
             return ""
+        if current.nominated_node_name != pod.nominated_node_name:
+            qpi.update(current)  # a nomination (preemption) the queue's copy has not caught up with
+            pod = qpi.pod
         root = tracer.start_span("schedule_pod", attributes={"pod": pod.key, "attempt": qpi.attempts})
         trace_id = trace_id_of(root)
         ctx = trace.set_span_in_context(root)
@@ -118,7 +122,8 @@ class ScheduleOne:
                             res = self.algo.schedule_pod(fw, state, pod, self.cache.snapshot, nominator=self.queue)
                     except FitError as e:
                         fit_err = e
-                        if self.preemption is not None and fw.has_post_filter_plugins():
+                        if (self.preemption is not None and fw.has_post_filter_plugins()
+                                and self._may_preempt(fw, pod, e)):
                             # PostFilter in the preemption service, on this cycle's view of the cluster.
                             preempt_req = preempt_request(pod, fw.name, self._view(), e.diagnosis)
                         else:
@@ -195,6 +200,14 @@ class ScheduleOne:
         qpi.unschedulable_plugins = set()
         qpi.pending_plugins = set()
         self._requeue(qpi, cycle)
+        # kube parks an errored pod among the unschedulable ones when no event came during its
+        # attempt, until the next event or the 5-minute flush. Here an error is a mesh fault (a
+        # shard being restarted): retry once its backoff is over, as the log says, events or not.
+        delay = backoff_duration_ns(int(self.cfg.pod_initial_backoff_seconds * 1e9),
+                                    int(self.cfg.pod_max_backoff_seconds * 1e9),
+                                    max(qpi.consecutive_errors_count, 1)) / 1e9
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.loop.call_later, delay, self.queue.activate, [qpi.pod])
 
     def _publish_failed(self, pod: Pod, message: str, trace_id: str,
                         nominating: Optional[NominatingInfo] = None) -> None:
@@ -234,6 +247,19 @@ class ScheduleOne:
         self._publish_failed(qpi.pod, msg, trace_id, nominating)
 
     # ---- PostFilter ------------------------------------------------------------------------
+    @staticmethod
+    def _may_preempt(fw, pod: Pod, err: FitError) -> bool:
+        """PodEligibleToPreemptOthers on this cycle's snapshot, as kube checks it: the service's
+        replica may already have seen the victims of an earlier preemption go, and must not take
+        that for room to preempt again. Ineligible pods get their message from this process."""
+        for pl in fw.points["postFilter"]:
+            policy = getattr(pl, "policy", None)
+            check = getattr(policy, "pod_eligible_to_preempt_others", None)
+            if check is not None:
+                ok, _ = check(pod, err.diagnosis.node_to_status.get(pod.nominated_node_name))
+                return ok
+        return True
+
     def _post_filter_locally(self, fw, state: CycleState, pod: Pod, err: FitError) -> None:
         """PostFilter in this process, for its message only (no preemption service, or it did
         not answer): nothing is acted on."""
