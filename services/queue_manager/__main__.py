@@ -27,6 +27,8 @@ def main() -> None:
                    help="KubeSchedulerConfiguration file (default: the default profile)")
     p.add_argument("--client-id", default=os.environ.get("SCHEDMESH_CLIENT_ID", "queue-manager"))
     p.add_argument("--tie-break", choices=("random", "name"), default="random")
+    p.add_argument("--strict-names", action="store_true", default=os.environ.get("SCHEDMESH_STRICT_NAMES") == "1",
+                   help="refuse object names the Kubernetes API server refuses (default: accept with a warning)")
     a = p.parse_args()
     filters, scores = _targets(a.filter_workers), _targets(a.score_workers)
     if bool(filters) != bool(scores):
@@ -35,7 +37,7 @@ def main() -> None:
         p.error("--binder is required")
     cfg = QueueManagerConfig(filter_workers=filters, score_workers=scores, binder=a.binder, client_id=a.client_id,
                              preemption=a.preemption or None,
-                             tie_break=a.tie_break)
+                             tie_break=a.tie_break, strict_names=a.strict_names)
     if a.config:
         cfg.use_scheduler_config(a.config)
     asyncio.run(serve(cfg, a.bootstrap, a.port))

@@ -323,6 +323,24 @@ def _name_errors_for(kind: str, strict: bool) -> Callable[[str], list[str]]:
     return dns1123_label_errors if kind == "Namespace" else dns1123_subdomain_errors
 
 
+def api_server_name_warnings(m: "Manifests") -> list[str]:
+    """What a Kubernetes API server would refuse among names accepted leniently: one line per
+    object, naming it and the rule (kubectl shows the server's warnings this way)."""
+    out = []
+    named = [("namespace", "Namespace", n.name) for n in m.namespaces]
+    named += [("priorityclass", "PriorityClass", c.name) for c in m.priority_classes]
+    named += [("node", "Node", n.name) for n in m.nodes]
+    named += [("poddisruptionbudget", "PodDisruptionBudget", f"{p.namespace}/{p.name}") for p in m.pdbs]
+    named += [("pod", "Pod", p.key) for p in m.pods]
+    for resource, kind, key in named:
+        name = key.rsplit("/", 1)[-1]
+        errs = _name_errors_for(kind, True)(name)
+        if errs:
+            out.append(f"{resource}/{key}: metadata.name: Invalid value: {_quote(name)}: {'; '.join(errs)} "
+                       "(a Kubernetes API server refuses it; accepted here, --strict-names refuses it)")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading YAML and JSON within the limits
 # ---------------------------------------------------------------------------------------------

@@ -316,6 +316,8 @@ def run_apply(args: argparse.Namespace) -> int:
     try:
         for source, text in texts:
             resp = c.call("Apply", queue_pb2.ApplyRequest(manifest=text, source=source))
+            for w in resp.warnings:
+                print(f"Warning: {w}", file=sys.stderr)
             for line in resp.applied:
                 print(line)
     finally:

@@ -12,7 +12,7 @@ from typing import Optional
 import grpc
 
 from schedmesh.api import convert
-from schedmesh.api.load import ManifestError, Manifests, admit_all, load_text
+from schedmesh.api.load import ManifestError, Manifests, admit_all, api_server_name_warnings, load_text
 from schedmesh.api.types import Node, Pod
 from schedmesh.api.update import as_applied, merged_pod, pod_changed, pod_update_error
 from schedmesh.bus import EventProducer
@@ -64,11 +64,12 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
     async def Apply(self, request, context):
         """kubectl apply: each object is created, configured (changed) or unchanged. An existing
         pod keeps its binding and status; a change the API server forbids (most of a pod's spec)
-        refuses the whole request, nothing applied. Names are validated as the API server does
-        (strict_names; explain's recorded inputs are lenient, see schedmesh.api.load)."""
+        refuses the whole request, nothing applied. Names the API server would refuse are refused
+        with --strict-names, else accepted with a warning (recorded scenarios use such names)."""
         qm = self.qm
         try:
-            m = load_text(request.manifest, request.source or "<manifest>", strict_names=True)
+            m = load_text(request.manifest, request.source or "<manifest>", strict_names=qm.cfg.strict_names)
+            warnings = [] if qm.cfg.strict_names else api_server_name_warnings(m)
             with qm.cache.lock:
                 classes = list(qm.cache.priority_classes.values())
             admit_all(m, classes)
@@ -102,7 +103,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         if qm.store is not None:  # durable local state: what was applied survives down/up
             stored = replace(plan.publish, pods=plan.stored_pods)
             await asyncio.to_thread(qm.store.write, records.manifest_records(stored, source=qm.cfg.client_id))
-        return queue_pb2.ApplyResponse(applied=plan.lines)
+        return queue_pb2.ApplyResponse(applied=plan.lines, warnings=warnings)
 
     async def _plan(self, m):
         """What to publish for an applied manifest and kubectl's line for each object."""

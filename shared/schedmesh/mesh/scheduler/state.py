@@ -33,6 +33,9 @@ class QueueManagerConfig:
     bind_timeout: float = 10.0
     max_bind_batch: int = 512
     tie_break: str = "random"
+    # Refuse names a Kubernetes API server refuses (e.g. "p0-fields_missing"); off by default so
+    # that recorded scenarios apply unchanged: such names are accepted with a warning.
+    strict_names: bool = False
 
     def use_scheduler_config(self, path: str) -> None:
         """Take profiles, percentageOfNodesToScore and backoffs from a KubeSchedulerConfiguration
