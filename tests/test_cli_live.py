@@ -318,9 +318,6 @@ def test_every_service_serves_metrics_with_kube_schedulers_names(mesh: Path) -> 
         assert samples(fams["schedmesh_batch_size"], "_count"), name
 
 
-@pytest.mark.xfail(strict=True, reason="scheduler_pending_pods is refreshed every 100 attempts only and "
-                   "scheduler_queue_incoming_pods_total is never recorded: the queue's moves do not update them "
-                   "(kube updates both on every move)")
 def test_pending_pods_and_incoming_pods_follow_the_queue(mesh: Path) -> None:
     qm = scrape(_metrics_urls(mesh)["queue-manager"])
     pending = {s.labels["queue"]: s.value for s in samples(qm["scheduler_pending_pods"])}

@@ -64,9 +64,18 @@ class TracedEvaluator(FanOutEvaluator):
 class ScheduleOne:
     """Methods of QueueManager (kube: schedule_one.go's scheduling cycle)."""
 
+    def _refresh_pending_gauge(self, every: float = 0.5) -> None:
+        """scheduler_pending_pods, at most every `every` seconds (counting the gated pods walks
+        the unschedulable ones, too much to do per attempt)."""
+        now = time.monotonic()
+        if now - getattr(self, "_pending_gauge_at", 0.0) >= every:
+            self._pending_gauge_at = now
+            metrics.set_pending_pods(**self.queue.pending_counts())
+
     def _schedule_loop(self) -> None:
         self.loop_running.set()
         while not self._stop.is_set():
+            self._refresh_pending_gauge()
             qpi = self.queue.try_pop()
             if qpi is None:
                 if self.queue.closed:
@@ -81,7 +90,6 @@ class ScheduleOne:
                 if result:
                     metrics.observe_attempt(result, qpi.pod.scheduler_name, took)
                 if self.attempts % 100 == 0:
-                    metrics.set_pending_pods(**self.queue.pending_counts())
                     log.info("%d attempts, mean attempt %.1f ms (filter fan-out %.1f ms, score fan-out %.1f ms); %s",
                              self.attempts, 1000 * self.cycle_seconds / self.attempts,
                              1000 * self.evaluator.filter_seconds / self.attempts,

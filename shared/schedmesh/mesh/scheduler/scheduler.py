@@ -37,6 +37,7 @@ from schedmesh.mesh.runtime import CacheFollower
 from schedmesh.queue.scheduling_queue import PriorityQueue
 from schedmesh.security.credentials import TLSFiles, channel
 from schedmesh.scheduling.cycle import SchedulingAlgorithm
+from schedmesh.telemetry import metrics
 from schedmesh.mesh.preemption_service import PreemptionsInFlight
 from schedmesh.preemption.executor import SERVICE_KEY as PREEMPTION_EXECUTOR
 from schedmesh.v1 import binder_pb2_grpc, events_pb2, preemption_pb2_grpc, queue_pb2
@@ -62,7 +63,8 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self.queue = PriorityQueue.from_frameworks(
             self.frameworks, pod_initial_backoff_seconds=cfg.pod_initial_backoff_seconds,
             pod_max_backoff_seconds=cfg.pod_max_backoff_seconds,
-            namespace_labels=lambda ns: self.cache.snapshot.namespace_labels.get(ns, {}))
+            namespace_labels=lambda ns: self.cache.snapshot.namespace_labels.get(ns, {}),
+            on_incoming=lambda queue_name, event, _pod: metrics.observe_incoming_pod(queue_name, event))
         # Preemptors waiting for their victims to go (DefaultPreemption's PreEnqueue asks it).
         self.preemptions = PreemptionsInFlight(self.cache.pods)
         for fw in self.frameworks.values():
