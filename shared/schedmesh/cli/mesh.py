@@ -335,6 +335,63 @@ def _decided(v) -> bool:
     return bool(v.pod.node_name) or bool(v.message) or v.queue in ("unschedulable",)
 
 
+def _pods_by_name(c: Client) -> dict:
+    from schedmesh.v1 import queue_pb2
+    return {v.pod.metadata.name: v.pod for v in c.call("GetPods", queue_pb2.GetRequest()).pods}
+
+
+def _wait_for(c: Client, done, what: str, timeout: float) -> dict:
+    """Poll the pods until `done(pods by name)`; say so when it does not happen in time."""
+    deadline = time.time() + timeout
+    while True:
+        pods = _pods_by_name(c)
+        if done(pods):
+            return pods
+        if time.time() > deadline:
+            _err(f"schedmesh demo: {what} did not happen within {timeout:.0f}s")
+            return pods
+        time.sleep(0.3)
+
+
+def _gone(p) -> bool:
+    return p is None or bool(p.metadata.deletion_timestamp) or p.phase in ("Failed", "Succeeded")
+
+
+def _act_two(c: Client, timeout: float) -> None:
+    """The acting half on the edge node: a preemption, then a node-pressure eviction."""
+    from schedmesh.v1 import queue_pb2
+
+    def apply(name: str) -> None:
+        print(f"\n== schedmesh apply -f acting/{name}")
+        text = (DEMO_DIR / "acting" / name).read_text()
+        for line in c.call("Apply", queue_pb2.ApplyRequest(manifest=text, source=f"acting/{name}")).applied:
+            print(f"  {line}")
+
+    def events(reason: str) -> list:
+        return [e for e in c.call("ListEvents", queue_pb2.EventsRequest()).events if e.reason == reason]
+
+    apply("1-batch.yaml")
+    _wait_for(c, lambda ps: all(ps.get(n) is not None and ps[n].node_name for n in ("batch-a", "batch-b")),
+              "binding the batch pods", timeout)
+    apply("2-urgent.yaml")
+    pods = _wait_for(c, lambda ps: ps.get("urgent-fix") is not None and bool(ps["urgent-fix"].node_name)
+                     and any(_gone(ps.get(n)) for n in ("batch-a", "batch-b")), "the preemption", timeout)
+    urgent = pods.get("urgent-fix")
+    victims = [n for n in ("batch-a", "batch-b") if _gone(pods.get(n))]
+    print(f"\n== preemption: urgent-fix (priority {urgent.priority if urgent else '?'}) bound to "
+          f"{urgent.node_name if urgent and urgent.node_name else '<pending>'}; preempted: {', '.join(victims) or 'none'}")
+    for e in events("Preempted"):
+        print(f"  {e.type} Preempted {e.pod}: {e.message}")
+    apply("3-memory-hog.yaml")
+    pods = _wait_for(c, lambda ps: ps.get("memory-hog") is not None and ps["memory-hog"].phase == "Failed",
+                     "the node-pressure eviction", timeout)
+    hog = pods.get("memory-hog")
+    if hog is not None:
+        print(f"\n== node-pressure eviction: memory-hog {hog.phase} ({hog.status_reason}): {hog.status_message}")
+    for e in events("Evicted"):
+        print(f"  {e.type} Evicted {e.pod}: {e.message}")
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from schedmesh.cli.kubectl import describe_pod, node_table, table
     from schedmesh.v1 import queue_pb2
@@ -384,6 +441,7 @@ def run_demo(args: argparse.Namespace) -> int:
                                                                 name=v.pod.metadata.name))
             print(f"\n== schedmesh describe pod {v.pod.metadata.name} -n {v.pod.metadata.namespace}")
             print(describe_pod(d))
+        _act_two(c, args.timeout)
         if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
             print(f"\ntraces: search the trace ids above in {JAEGER_UI}")
     finally:
