@@ -267,7 +267,7 @@ def pdb_to_proto(p: PodDisruptionBudget) -> pb.PodDisruptionBudget:
     out = pb.PodDisruptionBudget(min_available=p.min_available or "", max_unavailable=p.max_unavailable or "",
                                  disruptions_allowed=p.disruptions_allowed, disrupted_pods=p.disrupted_pods,
                                  expected_pods=p.expected_pods, current_healthy=p.current_healthy,
-                                 desired_healthy=p.desired_healthy)
+                                 desired_healthy=p.desired_healthy, status_given=p.status_given)
     meta_to(p.meta, out.metadata)
     if p.selector is not None:
         selector_to(p.selector, out.selector)
@@ -279,7 +279,7 @@ def pdb_from_proto(m: pb.PodDisruptionBudget) -> PodDisruptionBudget:
                                min_available=m.min_available or None, max_unavailable=m.max_unavailable or None,
                                disruptions_allowed=m.disruptions_allowed, disrupted_pods=dict(m.disrupted_pods),
                                expected_pods=m.expected_pods, current_healthy=m.current_healthy,
-                               desired_healthy=m.desired_healthy)
+                               desired_healthy=m.desired_healthy, status_given=m.status_given)
 
 
 def namespace_to_proto(n: Namespace) -> pb.Namespace:

@@ -1064,7 +1064,8 @@ def parse_pdb(doc: _Doc, d: dict) -> PodDisruptionBudget:
                                max_unavailable=int_or_percent(spec.get("maxUnavailable"), "spec.maxUnavailable"),
                                disruptions_allowed=doc.int_(status.get("disruptionsAllowed"), "status.disruptionsAllowed"),
                                disrupted_pods={str(k): doc.time(v, f"status.disruptedPods.{k}") or 0.0
-                                               for k, v in doc.obj(status.get("disruptedPods"), "status.disruptedPods").items()})
+                                               for k, v in doc.obj(status.get("disruptedPods"), "status.disruptedPods").items()},
+                               status_given=status.get("disruptionsAllowed") is not None)
 
 
 def parse_namespace(doc: _Doc, d: dict) -> Namespace:

@@ -282,6 +282,9 @@ class PodDisruptionBudget:
     expected_pods: int = 0
     current_healthy: int = 0
     desired_healthy: int = 0
+    # status.disruptionsAllowed was written in the applied object: it is taken as given (the
+    # recorded scenarios take it so); the disruption controller computes it only when absent.
+    status_given: bool = False
 
     @property
     def name(self) -> str:

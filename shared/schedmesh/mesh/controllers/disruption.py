@@ -48,8 +48,11 @@ class DisruptionController:
 
     # ---- computing ------------------------------------------------------------------
     def status_of(self, pdb: PodDisruptionBudget, now: float) -> DisruptionBudgetStatus:
-        """The PDB's status at `now` (call with the cache locked)."""
+        """The PDB's status at `now` (call with the cache locked). A status written in the applied
+        PDB is taken as given (evictions still spend it), as recorded scenarios take it."""
         key = pdb_key(pdb)
+        if pdb.status_given:
+            return carried_status(pdb)
         known = self.disrupted.setdefault(key, dict(pdb.disrupted_pods))
         pods = [p for p in self.cache.pods.values() if p.namespace == pdb.namespace]
         status = disruption_status(with_status(pdb, DisruptionBudgetStatus(disrupted_pods=known)), pods, now)
