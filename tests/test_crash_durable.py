@@ -1,6 +1,6 @@
 """Durable local state (issue 13, point 3): with the embedded, memory-only broker, a whole-mesh
-`down` then `up` keeps what users applied (the queue-manager's store under .schedmesh/applied is
-applied again at `up`): the pods come back and are scheduled again, their PriorityClass before
+`down` then `up --restore` keeps what users applied (the queue-manager's store under
+.schedmesh/applied is applied again; a plain `up` starts empty and moves the store aside): the pods come back and are scheduled again, their PriorityClass before
 them; a pod deleted before `down` stays deleted; `up` and `down` say what is kept and what is
 not; the first run's logs are still there."""
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_down_then_up_keeps_what_was_applied(tmp_path: Path) -> None:
     assert EMBEDDED_BROKER_LOSES in said
     assert (tmp_path / ".schedmesh" / "applied" / "applied.jsonl").exists()
 
-    up(tmp_path, env=env)
+    up(tmp_path, "--restore", env=env)
     try:
         now = wait_pods(tmp_path, lambda p: all(p.get(n) and p[n].pod.node_name for n in ("keep-0", "keep-1",
                                                                                        "keep-2")),

@@ -36,6 +36,8 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="KubeSchedulerConfiguration file (profiles, plugin weights)")
     p.add_argument("--detach", action="store_true", help="leave the mesh running in the background")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for every service to be SERVING")
+    p.add_argument("--restore", action="store_true",
+                   help="apply again what was applied before the last `down` (kept in .schedmesh/applied/)")
     p.add_argument("--insecure", action="store_true",
                    help="plaintext gRPC on 127.0.0.1 instead of mutual TLS (no certificates; any local process "
                         "can then call the binder and the shards)")
@@ -209,6 +211,10 @@ def print_summary(state: MeshState) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    from schedmesh.cli.supervisor import set_aside_applied
+    said = set_aside_applied(Path.cwd(), args.restore)
+    if said:
+        print(said)
     if args.detach:
         state, _ = start_mesh(args.filter_workers, args.score_workers, args.pool, args.config, True,
                               args.timeout, tie_break=args.tie_break, tls=not args.insecure)

@@ -46,8 +46,21 @@ SUPERVISOR_MODULE = "schedmesh.cli.supervisor"
 #: What stopping the mesh keeps and loses with the embedded (memory-only) broker; `up` and `down`
 #: say it. The queue-manager keeps applied objects in APPLIED_DIR (schedmesh.mesh.applied_store).
 APPLIED_DIR = "applied"
-EMBEDDED_BROKER_LOSES = (f"applied objects are kept in .schedmesh/{APPLIED_DIR}/ and applied again at the next up; "
-                         "bindings, pod status and events are not (the pods are scheduled again)")
+EMBEDDED_BROKER_LOSES = (f"applied objects are kept in .schedmesh/{APPLIED_DIR}/ (a broker restart while the mesh "
+                         "runs re-publishes them); the next `up` starts empty unless given --restore, which applies "
+                         "them again; bindings, pod status and events are not kept (the pods are scheduled again)")
+
+
+def set_aside_applied(base: Path, restore: bool) -> Optional[str]:
+    """At `up`: keep the objects applied before the last `down` for --restore, else move them
+    aside (never deleted) so the new mesh starts empty. Returns what to tell the user."""
+    store = base / STATE_DIR / APPLIED_DIR
+    if restore or not store.is_dir() or not any(store.iterdir()):
+        return f"restoring the objects applied before the last down from {store}" if restore and store.is_dir() else None
+    aside = store.with_name(f"{APPLIED_DIR}-{time.strftime('%Y%m%d-%H%M%S')}")
+    store.rename(aside)
+    return (f"starting empty: the objects applied before were moved to {aside} "
+            f"(`schedmesh up --restore` applies the kept objects again)")
 
 
 class MeshError(ValueError):
