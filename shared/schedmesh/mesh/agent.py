@@ -478,6 +478,9 @@ class KubeletAgent:
                 or rec.node.metadata.name in self.nodes):
             return False
         sn = SimNode(convert.node_from_proto(rec.node), None, self.clock)
+        # Served as KWOK serves API-created nodes: pods run and terminate, but there is no
+        # kubelet admission (recorded clusters bind pods the scheduler placed or the user named).
+        sn.admits_all = True
         self.nodes[sn.name] = sn
         log.info("%s serves node %s (applied by %s)", self.name, sn.name, rec.source)
         if not self._replaying:
@@ -619,6 +622,8 @@ class KubeletAgent:
 
     async def _admit(self, sn: SimNode, pod: Pod) -> bool:
         """The kubelet's admission; a refused pod ends Failed with a Warning event."""
+        if getattr(sn, "admits_all", False):
+            return True
         problem = annotation_problem(pod)
         if problem is not None:
             verdict = admission.AdmitResult(False, INVALID_ANNOTATION, problem)
