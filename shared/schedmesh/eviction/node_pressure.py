@@ -54,6 +54,7 @@ from schedmesh.api.resources import (EPHEMERAL_STORAGE, MEMORY, aggregate_contai
 from schedmesh.api.types import NO_SCHEDULE, Container, Node, NodeCondition, Pod, PodCondition, Taint
 from schedmesh.eviction.qos import BEST_EFFORT, qos_class
 from schedmesh.eviction.usage import INODES, NO_USAGE, PIDS, PodUsage, pod_usage
+from schedmesh.framework.config import parse_go_duration  # the one Go-duration parser
 from schedmesh.plugins.taint_toleration.tolerations import tolerations_tolerate_taint
 from schedmesh.preemption.gosort import go_sort_slice
 
@@ -197,37 +198,6 @@ def _parse_percentage(text: str) -> float:
         raise ValueError(f'strconv.ParseFloat: parsing "{body}": value out of range') from None
 
 
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)?")
-
-
-def parse_go_duration(text: str) -> float:
-    """time.ParseDuration, in seconds: "1m30s" -> 90.0, "0" -> 0.0."""
-    if not isinstance(text, str):
-        raise ValueError(f"time: invalid duration {text!r}: must be a string such as \"1m30s\"")
-    s = text
-    sign = 1.0
-    if s[:1] in ("+", "-"):
-        sign = -1.0 if s[0] == "-" else 1.0
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    if not s:
-        raise ValueError(f'time: invalid duration "{text}"')
-    total, pos = 0.0, 0
-    while pos < len(s):
-        m = _DURATION_PART.match(s, pos)
-        if not m:
-            raise ValueError(f'time: invalid duration "{text}"')
-        if m.group(2) is None:
-            rest = s[m.end():]
-            if not rest:
-                raise ValueError(f'time: missing unit in duration "{text}"')
-            unit = re.match(r"[^\d.]+", rest)
-            raise ValueError(f'time: unknown unit "{unit.group(0) if unit else rest}" in duration "{text}"')
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        pos = m.end()
-    return sign * total
 
 
 # ---- thresholds ------------------------------------------------------------------------------

@@ -165,28 +165,45 @@ def _number(v: Any, path: str, default: float = 0.0) -> float:
 
 
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)?")
 
 
-def parse_duration(text: str) -> float:
-    """Go's time.ParseDuration ("1m30s", "1.5s", "300ms", "0") in seconds."""
+def parse_go_duration(text: str) -> float:
+    """time.ParseDuration, in seconds: "1m30s" -> 90.0, "0" -> 0.0."""
+    if not isinstance(text, str):
+        raise ValueError(f"time: invalid duration {text!r}: must be a string such as \"1m30s\"")
     s = text
     sign = 1.0
-    if s[:1] in "+-" and s:
+    if s[:1] in ("+", "-"):
         sign = -1.0 if s[0] == "-" else 1.0
         s = s[1:]
     if s == "0":
         return 0.0
     if not s:
-        raise ValueError(f"invalid duration {text!r}")
+        raise ValueError(f'time: invalid duration "{text}"')
     total, pos = 0.0, 0
     while pos < len(s):
         m = _DURATION_PART.match(s, pos)
-        if m is None:
-            raise ValueError(f"invalid duration {text!r}")
+        if not m:
+            raise ValueError(f'time: invalid duration "{text}"')
+        if m.group(2) is None:
+            rest = s[m.end():]
+            if not rest:
+                raise ValueError(f'time: missing unit in duration "{text}"')
+            unit = re.match(r"[^\d.]+", rest)
+            raise ValueError(f'time: unknown unit "{unit.group(0) if unit else rest}" in duration "{text}"')
         total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
         pos = m.end()
     return sign * total
+
+
+def parse_duration(text: str) -> float:
+    """Go's time.ParseDuration ("1m30s", "1.5s", "300ms", "0") in seconds, for the
+    KubeSchedulerConfiguration's fields (their own error words)."""
+    try:
+        return parse_go_duration(text)
+    except ValueError:
+        raise ValueError(f"invalid duration {text!r}") from None
 
 
 def _duration(v: Any, path: str, default: Optional[float] = None) -> Optional[float]:
