@@ -128,7 +128,7 @@ def test_apply_get_describe_delete(mesh: Path) -> None:
     assert re.split(r"\s{2,}", r.stdout.splitlines()[0].strip()) == ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP",
                                                    "NODE", "NOMINATED NODE", "READINESS GATES", "QUEUE", "TRACE ID"]
     assert "Insufficient cpu" in d.stdout, d.stdout
-    r = schedmesh("get", "nodes", cwd=mesh)
+    r = schedmesh("get", "nodes", "-o", "wide", cwd=mesh)  # kubectl's columns; ZONE among schedmesh's wide ones
     assert r.returncode == 0 and "zone-a" in r.stdout, r.stdout + r.stderr
     r = schedmesh("get", "pods", "-o", "json", cwd=mesh)
     assert r.returncode == 0 and '"kind": "List"' in r.stdout and '"items"' in r.stdout

@@ -68,7 +68,7 @@ class PodAudit:
     """What the pods topic said about each pod over the whole run."""
     names: dict[str, str] = field(default_factory=dict)         # uid -> name
     bindings: dict[str, list[str]] = field(default_factory=dict)  # uid -> nodes, consecutive repeats removed
-    unbound_after_bound: dict[str, int] = field(default_factory=dict)  # uid -> how often
+    unbound_after_bound: dict[str, list[str]] = field(default_factory=dict)  # uid -> publishers, in order
     deleted: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -76,7 +76,8 @@ class PodAudit:
         if not value:
             return
         with self.lock:
-            for rec in records.expand(events_pb2.PodRecord.FromString(value)):
+            outer = events_pb2.PodRecord.FromString(value)
+            for rec in records.expand(outer):
                 if rec.HasField("update"):
                     uid, node = rec.update.uid, rec.update.node_name
                 else:
@@ -86,7 +87,7 @@ class PodAudit:
                         self.deleted.add(uid)
                         continue
                     if not node and self.bindings.get(uid):
-                        self.unbound_after_bound[uid] = self.unbound_after_bound.get(uid, 0) + 1
+                        self.unbound_after_bound.setdefault(uid, []).append(rec.source or outer.source or "?")
                 if node:
                     seen = self.bindings.setdefault(uid, [])
                     if not seen or seen[-1] != node:

@@ -111,8 +111,10 @@ def test_mesh_acts_out_kubes_preemption(tmp_path: Path, name: str) -> None:
     try:
         mesh.apply([{"apiVersion": api, "kind": kind, **o} for kind, api, key in KINDS for o in sc.get(key) or []])
         bound = {_key(p["metadata"]): p["spec"]["nodeName"] for p in sc.get("pods") or []}
-        mesh.until(lambda: all(v is not None and v.pod.node_name for v in map(mesh.views().get, bound)), 90,
-                   "the scenario's bound pods")
+        # Running, as they are by the time golden-mesh-check's CLI calls apply the next pod: the agent
+        # stamps start times in start order, and preemption prefers victims that started last.
+        mesh.until(lambda: all(v is not None and v.pod.node_name and v.pod.phase == "Running"
+                               for v in map(mesh.views().get, bound)), 90, "the scenario's bound pods running")
         for pod, res in zip(sc["pending"][:first], want[:first]):
             if (pod.get("spec") or {}).get("nodeName") and not res.get("chosen"):
                 continue  # a pod naming its node never reaches a real scheduler
@@ -123,6 +125,7 @@ def test_mesh_acts_out_kubes_preemption(tmp_path: Path, name: str) -> None:
             if res.get("chosen"):
                 assert v.pod.node_name == res["chosen"], f"{key} bound to {v.pod.node_name}, kube: {res['chosen']}"
                 bound[key] = res["chosen"]
+                mesh.until(lambda: mesh.views()[key].pod.phase == "Running", 60, f"{key} running")
             else:
                 assert _message(v) == res.get("message")
                 ns, pod_name = key.split("/", 1)

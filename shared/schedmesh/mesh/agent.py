@@ -183,6 +183,11 @@ class SimNode:
         self.published_pressure: Optional[tuple[str, ...]] = None  # the pressure conditions last published
         self.awaiting_cleanup: Optional[tuple[str, float]] = None  # (uid, deadline) of a pod being evicted
         self.check_at: Optional[float] = None  # when the evictors are asked about this node next
+        # A node applied as an object and served as KWOK serves API-created nodes: its pods run
+        # and terminate, but there is no kubelet admission (recorded clusters bind pods the
+        # scheduler placed or the user named) and no heartbeat, so the node controllers leave it
+        # as applied (no lifecycle conditions or taints, no taint-based eviction).
+        self.applied = False
 
     @property
     def name(self) -> str:
@@ -358,7 +363,7 @@ class KubeletAgent:
             await asyncio.sleep(self.heartbeat)
             try:
                 now = self.clock()
-                await self._send(lease_record(list(self.nodes), now, self.name))
+                await self._send(lease_record([n for n, sn in self.nodes.items() if not sn.applied], now, self.name))
             except Exception:  # noqa: BLE001 - a missed heartbeat is retried next period
                 log.exception("heartbeat failed")
 
@@ -478,9 +483,7 @@ class KubeletAgent:
                 or rec.node.metadata.name in self.nodes):
             return False
         sn = SimNode(convert.node_from_proto(rec.node), None, self.clock)
-        # Served as KWOK serves API-created nodes: pods run and terminate, but there is no
-        # kubelet admission (recorded clusters bind pods the scheduler placed or the user named).
-        sn.admits_all = True
+        sn.applied = True
         self.nodes[sn.name] = sn
         log.info("%s serves node %s (applied by %s)", self.name, sn.name, rec.source)
         if not self._replaying:
@@ -622,7 +625,7 @@ class KubeletAgent:
 
     async def _admit(self, sn: SimNode, pod: Pod) -> bool:
         """The kubelet's admission; a refused pod ends Failed with a Warning event."""
-        if getattr(sn, "admits_all", False):
+        if sn.applied:
             return True
         problem = annotation_problem(pod)
         if problem is not None:

@@ -35,7 +35,7 @@ from schedmesh.framework.profile import PluginRef, PluginSet, Profile
 from schedmesh.framework.runtime import Framework
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, TOPIC_EVENTS, TOPIC_PODS, ClusterCache, is_terminal
 from schedmesh.mesh.records import (binding_update, event_batch_record, expand, pod_batch_record, pod_message,
-                                    pod_record, publish)
+                                    publish)
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
 from schedmesh.telemetry import metrics
 from schedmesh.telemetry.propagation import extract_kafka_headers, inject_kafka_headers
@@ -79,6 +79,11 @@ def bound_pod(pod: Pod, node_name: str) -> Pod:
     conditions = [c for c in pod.conditions if c.type != "PodScheduled"]
     conditions.insert(0, PodCondition("PodScheduled", "True"))
     return dataclasses.replace(pod, node_name=node_name, conditions=conditions)
+
+
+# The reason of a binding whose record the broker did not acknowledge: it may still be in the log,
+# so a caller sends it again rather than taking it as refused.
+PUBLISH_FAILED = "publishing the binding failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +218,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
                     log.warning("publishing %d binding(s) failed: %r", len(new), e)
                     for i in new:
                         self.ledger.rollback(pods[i].uid)
-                        out[i] = binder_pb2.BindResponse(bound=False, reason=f"publishing the binding failed: {e}")
+                        out[i] = binder_pb2.BindResponse(bound=False, reason=f"{PUBLISH_FAILED}: {e}")
             known = [binding_update(pods[i], d.bound_elsewhere, self.name)
                      for i, d in enumerate(decisions) if d.bound_elsewhere and pods[i].uid in self.ledger.cache.pods]
             if known:
@@ -232,7 +237,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         span = trace.get_current_span()  # the server span of the tracing interceptor
         span.set_attribute("schedmesh.client", request.client_id)
         (resp,) = await self._commit([request], request.client_id)
-        if not resp.bound and resp.reason.startswith("publishing the binding failed"):
+        if not resp.bound and resp.reason.startswith(PUBLISH_FAILED):
             await context.abort(grpc.StatusCode.UNAVAILABLE, resp.reason)
         span.set_attribute("schedmesh.bound", resp.bound)
         return resp

@@ -53,7 +53,7 @@ class ControllerManager:
         self.disruption = DisruptionController(self.cache)
         self.node_lifecycle = NodeLifecycleController(self.cache, cfg.node_monitor_grace_period,
                                                       cfg.node_startup_grace_period, cfg.name)
-        self.taint_eviction = TaintEvictionController(self.cache, cfg.name)
+        self.taint_eviction = TaintEvictionController(self.cache, cfg.name, monitored=self.node_lifecycle.monitors)
         self.producer = EventProducer(bootstrap, topics=(*STATE_TOPICS, LEASES, EVENTS), client_id=cfg.name)
         self.follower = CacheFollower(bootstrap, self.cache, client_id=cfg.name, topics=(*STATE_TOPICS, LEASES),
                                       on_record=self._on_record)

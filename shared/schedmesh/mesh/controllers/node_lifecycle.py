@@ -51,6 +51,10 @@ class NodeLifecycleController:
         self._pending: dict[str, tuple[tuple, float]] = {}  # node -> (edit published, when): not yet seen back
 
     # ---- heartbeats ------------------------------------------------------------------
+    def monitors(self, node: str) -> bool:
+        """Whether a kubelet heartbeats this node (nodes applied as objects have none)."""
+        return node in self.probe
+
     def on_lease(self, r: Record, now: float) -> None:
         if r.topic != LEASES or r.value is None:
             return

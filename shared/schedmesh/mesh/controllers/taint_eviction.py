@@ -9,6 +9,7 @@ Pod NS/NAME" says why (kube's words); a pending deletion that no longer applies 
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 from schedmesh.api.types import Pod, PodCondition
 from schedmesh.eviction.eviction_api import DISRUPTION_TARGET
@@ -30,8 +31,13 @@ def event(pod: Pod, reason: str, message: str, source: str, now: float, type_: s
 
 
 class TaintEvictionController:
-    def __init__(self, cache: ClusterCache, source: str = "") -> None:
-        self.cache = cache
+    """`monitored(node)`: whether the node has a kubelet (the node-lifecycle controller receives
+    its heartbeats); nodes applied as objects have none and are left as applied, as the recorded
+    clusters they come from were (no controller evicted their pods)."""
+
+    def __init__(self, cache: ClusterCache, source: str = "",
+                 monitored: Callable[[str], bool] = lambda node: True) -> None:
+        self.cache, self.monitored = cache, monitored
         self.source = source
         self.scheduled: dict[str, ScheduledDeletion] = {}  # pod uid -> its pending deletion
         self.deleted: set[str] = set()  # uids marked for deletion, until the cache shows it
@@ -41,7 +47,7 @@ class TaintEvictionController:
         seen: set[str] = set()
         with self.cache.lock:
             for ni in self.cache.snapshot.node_info_list:
-                if ni.node is None or not no_execute_taints(ni.node.taints):
+                if ni.node is None or not no_execute_taints(ni.node.taints) or not self.monitored(ni.node.name):
                     continue
                 for info in ni.pods:
                     pod = self.cache.pods.get(info.pod.uid, info.pod)

@@ -57,3 +57,15 @@ def test_deletion_cancelled_when_the_taint_goes():
     assert deleted(fed, tec.sync(T0 + 2)) == {}
     assert [(e.reason, e.message) for e in fed.events] == [("TaintManagerEviction", "Cancelling deletion of Pod default/ten")]
     assert deleted(fed, tec.sync(T0 + 20)) == {}
+
+
+def test_nodes_without_a_kubelet_are_left_as_applied():
+    """A node applied as an object (no heartbeat) keeps its pods under its NoExecute taints, as the
+    recorded cluster it comes from did; a node with a kubelet has them evicted."""
+    fed = FedCache()
+    applied = node("applied", taints=[Taint("maintenance", NO_EXECUTE)])
+    pooled = node("pooled", taints=[Taint("maintenance", NO_EXECUTE)])
+    fed.add(applied, pooled, bound(pod("kept"), "applied"), bound(pod("evicted"), "pooled"))
+    tec = TaintEvictionController(fed.cache, source="cm", monitored=lambda n: n == "pooled")
+    assert set(deleted(fed, tec.sync(T0))) == {"uid-evicted"}
+    assert deleted(fed, tec.sync(T0 + 600)) == {}

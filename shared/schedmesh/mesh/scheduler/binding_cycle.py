@@ -1,6 +1,9 @@
 """kube's binding cycle: PreBind, Bind (through the binder service, in batches: one BindBatch RPC
 for the bindings decided while the binder answered the previous one), PostBind; a refused
-binding is forgotten and its pod requeued."""
+binding is forgotten and its pod requeued. A binding whose outcome is unknown (the binder down,
+or its record unacknowledged by a dying broker) is sent again to the same node rather than
+forgotten: forgetting it would let the pod be scheduled, and re-published unbound, while the
+binding may already be in the log."""
 from __future__ import annotations
 
 import logging
@@ -11,12 +14,17 @@ import grpc
 from opentelemetry import trace
 
 from schedmesh.api import convert
+from schedmesh.mesh.binder import PUBLISH_FAILED
 from schedmesh.telemetry import metrics
 from schedmesh.v1 import binder_pb2
 from schedmesh.mesh.scheduler.state import AssumedPod, PodNotes
 
 log = logging.getLogger("schedmesh.queue_manager")
 tracer = trace.get_tracer("schedmesh.queue_manager")
+
+
+# Answers after which a binding may or may not have been made.
+_OUTCOME_UNKNOWN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class BindingCycle:
@@ -53,6 +61,19 @@ class BindingCycle:
         if not ready:
             return
         metrics.observe_batch("bind", len(ready))
+        deadline = time.monotonic() + self.cfg.bind_retry_seconds
+        delay = 0.2
+        while ready:
+            unknown = self._send_bindings(ready, retry=time.monotonic() < deadline and not self._stop.is_set())
+            if not unknown:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            ready = self._still_assumed(unknown)
+
+    def _send_bindings(self, ready: list[AssumedPod], retry: bool) -> list[AssumedPod]:
+        """One BindBatch; returns the bindings whose outcome is unknown (to send again, same
+        node: the binder answers a binding it already made with success)."""
         req = binder_pb2.BindBatchRequest(client_id=self.cfg.client_id)
         for a in ready:
             req.binds.add(pod=convert.pod_to_proto(a.pod), node_name=a.node, client_id=self.cfg.client_id,
@@ -60,24 +81,48 @@ class BindingCycle:
         try:
             results = self.binder.BindBatch(req, timeout=self.cfg.bind_timeout).results
         except grpc.RpcError as e:
+            if retry and e.code() in _OUTCOME_UNKNOWN:
+                log.info("binder unavailable (%s): sending %d binding(s) again", e.code().name, len(ready))
+                return ready
             for a in ready:
                 self._binding_failed(a, f"binder unavailable: {e.code().name}: {e.details()}")
-            return
+            return []
+        unknown = []
         for a, r in zip(ready, results):
-            if not r.bound:
+            if not r.bound and retry and r.reason.startswith(PUBLISH_FAILED):
+                unknown.append(a)
+            elif not r.bound:
                 self._binding_failed(a, r.reason)
-                continue
-            try:
-                a.fw.run_post_bind(a.state, a.pod, a.node)
-            except Exception:
-                log.exception("PostBind failed for %s", a.pod.key)
-            self.queue.done(a.pod.uid)
-            if a.qpi.initial_attempt_timestamp:
-                metrics.observe_pod_scheduled(a.qpi.attempts, max(0.0, time.time() - a.qpi.initial_attempt_timestamp))
-            # The binder published the Scheduled event (with this trace's id) as it committed.
-            if a.span is not None:
-                a.span.set_attribute("bound", True)
-                a.span.end()
+            else:
+                self._bound(a)
+        return unknown
+
+    def _still_assumed(self, bindings: list[AssumedPod]) -> list[AssumedPod]:
+        """Those still waiting for their binding; one seen bound meanwhile was made, one deleted
+        is dropped."""
+        with self._assumed_lock:
+            waiting = [a for a in bindings if a.pod.uid in self.assumed]
+        for a in bindings:
+            if a not in waiting:
+                current = self.cache.pods.get(a.pod.uid)
+                if current is not None and current.node_name == a.node:
+                    self._bound(a)
+                elif a.span is not None:
+                    a.span.end()
+        return waiting
+
+    def _bound(self, a: AssumedPod) -> None:
+        try:
+            a.fw.run_post_bind(a.state, a.pod, a.node)
+        except Exception:
+            log.exception("PostBind failed for %s", a.pod.key)
+        self.queue.done(a.pod.uid)
+        if a.qpi.initial_attempt_timestamp:
+            metrics.observe_pod_scheduled(a.qpi.attempts, max(0.0, time.time() - a.qpi.initial_attempt_timestamp))
+        # The binder published the Scheduled event (with this trace's id) as it committed.
+        if a.span is not None:
+            a.span.set_attribute("bound", True)
+            a.span.end()
 
     def _binding_failed(self, a: AssumedPod, reason: str) -> None:
         pod, node = a.pod, a.node

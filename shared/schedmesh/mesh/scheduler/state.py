@@ -31,6 +31,9 @@ class QueueManagerConfig:
     pod_max_backoff_seconds: float = 10.0
     shard_timeout: float = 10.0
     bind_timeout: float = 10.0
+    # A binding whose outcome is unknown (binder unreachable, or its publication unacknowledged:
+    # it may be in the log) is sent again, to the same node, for this long before it is refused.
+    bind_retry_seconds: float = 60.0
     max_bind_batch: int = 512
     tie_break: str = "random"
     # Refuse names a Kubernetes API server refuses (e.g. "p0-fields_missing"); off by default so
