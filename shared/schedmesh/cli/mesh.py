@@ -154,9 +154,9 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
     # PDB status, node lifecycle, taint eviction and the Eviction API (the queue-manager forwards to it)
     controllers = sup.start("controller-manager", "services.controller_manager", common, free_port(),
                             env=security.service_env(ids.CONTROLLER_MANAGER))
-    for info in (*workers, binder, agent, preemption, controllers):
-        sup.wait_ready(info, timeout)
-    # no workers: empty lists, the queue-manager filters and scores in its own process
+    # no workers: empty lists, the queue-manager filters and scores in its own process. It starts
+    # with the others (their ports are chosen already): a binding sent before the binder serves is
+    # sent again, and nothing is scheduled before `up` has seen every service healthy.
     fw = ",".join(f"127.0.0.1:{w.port}" for w in workers if w.name.startswith("filter"))
     sw = ",".join(f"127.0.0.1:{w.port}" for w in workers if w.name.startswith("score"))
     qm = sup.start("queue-manager", "services.queue_manager",
@@ -166,7 +166,8 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
                    env={**security.service_env(ids.QUEUE_MANAGER),
                         "SCHEDMESH_CONTROLLER_MANAGER": f"127.0.0.1:{controllers.port}"})
     say("starting queue-manager ...")
-    sup.wait_ready(qm, timeout)
+    for info in (*workers, binder, agent, preemption, controllers, qm):
+        sup.wait_ready(info, timeout)
     state.scheduler = f"127.0.0.1:{qm.port}"
     state.status = "running"
     sup.record()
