@@ -237,9 +237,9 @@ async def test_bind_then_running_in_one_trace(mesh: Mesh) -> None:
     assert scheduled.trace_id == trace_id
     # one trace: the binder's server span under the caller's span, the agent's start_pod in it
     spans = await mesh.traces.await_spans(
-        lambda ss: {"schedmesh.v1.Binder/Bind", "start_pod"} <= {s.name for s in ss if s.trace_id == trace_id})
+        lambda ss: {"/schedmesh.v1.Binder/Bind", "start_pod"} <= {s.name for s in ss if s.trace_id == trace_id})
     in_trace = {s.name: s for s in spans if s.trace_id == trace_id}
-    assert in_trace["schedmesh.v1.Binder/Bind"].parent_span_id == parent_id
+    assert in_trace["/schedmesh.v1.Binder/Bind"].parent_span_id == parent_id
     assert in_trace["start_pod"].service_name == AGENT
     # start_pod's parent is the binder's span for this pod (the binding delta's traceparent)
     parent = next(s for s in spans if s.span_id == in_trace["start_pod"].parent_span_id)

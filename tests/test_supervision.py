@@ -217,9 +217,9 @@ def test_service_that_stops_answering_is_restarted(mesh: Path) -> None:
 @pytest.mark.timeout(150)
 def test_down_stops_everything_even_without_supervisor_and_up_keeps_earlier_logs(tmp_path: Path) -> None:
     up(tmp_path)  # no filter/score workers: the queue-manager evaluates itself
-    assert [p["name"] for p in state(tmp_path)["procs"]] == ["broker", "binder", "kubelet-agent", "preemption",
-                                                            "controller-manager", "queue-manager"]
     try:
+        assert [p["name"] for p in state(tmp_path)["procs"]] == ["broker", "binder", "kubelet-agent", "preemption",
+                                                                "controller-manager", "queue-manager"]
         old = proc(tmp_path, "binder")
         os.kill(old["pid"], signal.SIGKILL)
         wait_restarted(tmp_path, "binder", old)

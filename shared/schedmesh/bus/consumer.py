@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, Self
@@ -38,6 +39,19 @@ def fetch_max_wait_ms() -> int:
     values cost idle fetch requests; SCHEDMESH_FETCH_MAX_WAIT_MS tunes it (Apache Kafka
     answers at once when data arrives, so a larger value is free there)."""
     return int(os.environ.get("SCHEDMESH_FETCH_MAX_WAIT_MS", "10"))
+
+
+#: Seconds without records after which a consumer's fetches may wait longer (see idle_fetch_max_wait_ms).
+IDLE_AFTER_SECONDS = 2.0
+
+
+def idle_fetch_max_wait_ms(busy_ms: int) -> int:
+    """The fetch wait of a consumer that has had no records for IDLE_AFTER_SECONDS: an idle
+    local mesh otherwise keeps Tansu busy answering ~100 empty fetches a second per consumer
+    (most of a core for a whole mesh). The first record after a quiet spell then waits up to
+    this long per hop; the next fetches are quick again. SCHEDMESH_IDLE_FETCH_MAX_WAIT_MS tunes it
+    (never below the busy value)."""
+    return max(busy_ms, int(os.environ.get("SCHEDMESH_IDLE_FETCH_MAX_WAIT_MS", "100")))
 
 
 class EventConsumer:
@@ -97,6 +111,9 @@ class EventConsumer:
         # SSL with the process's certificate when SCHEDMESH_KAFKA_TLS=1 (Apache Kafka with client auth)
         self._options = {"request_timeout_ms": 5000, "fetch_max_wait_ms": fetch_max_wait_ms(),
                          **kafka_client_options(), **consumer_options}
+        self._busy_wait_ms = int(self._options["fetch_max_wait_ms"])
+        self._idle_wait_ms = idle_fetch_max_wait_ms(self._busy_wait_ms)
+        self._last_records = time.monotonic()
         self._watch = BrokerWatch(bootstrap_servers, client_id=f"{client_id}-watch")
         self._consumer: AIOKafkaConsumer | None = None
         self._monitor: asyncio.Task[None] | None = None
@@ -295,7 +312,20 @@ class EventConsumer:
             await asyncio.sleep(self._poll_interval)
             return []
         epoch = self._restart_count
-        return [self._to_record(m, epoch) for msgs in batches.values() for m in msgs]
+        out = [self._to_record(m, epoch) for msgs in batches.values() for m in msgs]
+        self._adapt_fetch_wait(consumer, bool(out))
+        return out
+
+    def _adapt_fetch_wait(self, consumer: AIOKafkaConsumer, got_records: bool) -> None:
+        """Short fetch waits while records flow, longer ones once quiet (idle_fetch_max_wait_ms).
+        aiokafka reads its fetcher's wait for every fetch request it builds."""
+        now = time.monotonic()
+        if got_records:
+            self._last_records = now
+        wait = self._busy_wait_ms if now - self._last_records < IDLE_AFTER_SECONDS else self._idle_wait_ms
+        fetcher = getattr(consumer, "_fetcher", None)
+        if fetcher is not None and getattr(fetcher, "_fetch_max_wait_ms", wait) != wait:
+            fetcher._fetch_max_wait_ms = wait
 
     @staticmethod
     def _to_record(msg: ConsumerRecord[bytes, bytes], epoch: int) -> Record:

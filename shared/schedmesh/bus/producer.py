@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Self
 
@@ -70,6 +70,8 @@ class EventProducer:
       in the moment between the broker coming back and the probe noticing would
       otherwise be lost (Tansu accepts it into a topic that no longer exists). This can
       duplicate such a record; consumers must treat records as idempotent upserts.
+      ``resend(topic, value)`` may rewrite a record before it is sent again, or return
+      None to drop it (an owner whose ``on_restart`` re-publishes newer state of it).
 
     Options in ``producer_options`` go to :class:`aiokafka.AIOKafkaProducer`. Do not
     enable idempotence or transactions against Tansu (unsupported there).
@@ -87,6 +89,7 @@ class EventProducer:
         tracer_provider: TracerProvider | None = None,
         trace_sends: bool = True,
         max_unconfirmed: int = 10_000,
+        resend: Callable[[str, bytes], bytes | None] | None = None,
         **producer_options: Any,
     ) -> None:
         self._bootstrap = bootstrap_servers
@@ -107,6 +110,7 @@ class EventProducer:
         self._restart_count = 0
         self._seq = 0
         self._unconfirmed: deque[_Unconfirmed] = deque(maxlen=max_unconfirmed)
+        self._resend = resend
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -307,6 +311,10 @@ class EventProducer:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._idle.wait(), self._send_timeout)
         items = list(self._unconfirmed)
+        if self._resend is not None:
+            rewritten = [(i, self._resend(i.topic, i.value) if i.value is not None else i.value) for i in items]
+            items = [i if v is i.value else replace(i, value=v) for i, v in rewritten
+                     if v is not None or i.value is None]
         if items:
             log.info("re-sending %d record(s) sent around the broker restart", len(items))
         for item in items:

@@ -276,7 +276,7 @@ async def _read_into(consumer: EventConsumer, sink: list[Record]) -> None:
         sink.append(record)
 
 
-async def _eventually(predicate, timeout: float = 10.0, what: str = "") -> None:
+async def _eventually(predicate, timeout: float = 30.0, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -360,6 +360,36 @@ async def test_send_right_after_restart_is_not_lost(
             finally:
                 await cancel_and_wait(reader)
         await _eventually(lambda: producer.restart_count == 1, what="producer restart handled")
+
+
+async def test_resend_rewrites_or_drops_what_is_sent_again(
+    own_broker: EmbeddedBroker, default_topic: TopicSpec
+) -> None:
+    """An owner that re-publishes newer state itself drops (None) or rewrites the records the
+    producer would send again after a restart."""
+    topic = default_topic
+    bootstrap = own_broker.bootstrap_servers
+    asked: list[bytes] = []
+
+    def resend(t: str, value: bytes) -> bytes | None:
+        asked.append(value)
+        return None if value == b"stale" else value.upper()
+
+    async with EventProducer(bootstrap, topics=[topic], probe_interval=0.3, resend=resend) as producer:
+        await own_broker.arestart()
+        await producer.send(topic.name, b"stale", key="k")  # before the probe notices
+        await producer.send(topic.name, b"fresh", key="other")
+        await _eventually(lambda: producer.restart_count == 1, what="producer restart handled")
+        async with EventConsumer(bootstrap, [topic], probe_interval=0.3) as consumer:
+            received: list[Record] = []
+            reader = asyncio.create_task(_read_into(consumer, received))
+            try:
+                await _eventually(lambda: b"FRESH" in {r.value for r in received}, what="the rewritten record")
+                await asyncio.sleep(0.5)
+            finally:
+                await cancel_and_wait(reader)
+    assert set(asked) == {b"stale", b"fresh"}
+    assert b"stale" not in {r.value for r in received}
 
 
 async def test_send_waits_while_the_broker_is_down(

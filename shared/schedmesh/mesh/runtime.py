@@ -31,8 +31,8 @@ from schedmesh.security.credentials import TLSFiles, is_loopback, token_from_env
 from schedmesh.security.identity import allowed_callers
 from schedmesh.security.interceptors import BearerTokenInterceptor, CallerIdentityInterceptor
 from schedmesh.telemetry import (
-    TracingServerInterceptor,
     metrics,
+    server_interceptor,
     setup_logging,
     setup_tracing,
     shutdown_tracing,
@@ -73,7 +73,7 @@ class ServiceProcess:
         self.tls: Optional[TLSFiles] = TLSFiles.from_env()
         # who may call what depends on this server's own identity (its certificate's CN)
         rules = allowed_callers(self.tls.identity() if self.tls is not None else None)
-        interceptors = [TracingServerInterceptor(),
+        interceptors = [server_interceptor(),
                         CallerIdentityInterceptor(rules, tls_required=self.tls is not None)]
         token = token_from_env()
         if token:

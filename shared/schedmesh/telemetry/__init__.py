@@ -4,8 +4,8 @@
   (OTLP/gRPC or console exporter, BatchSpanProcessor); a no-op when nothing is set.
 * Kafka headers: :func:`inject_kafka_headers`, :func:`extract_kafka_headers`.
 * gRPC metadata: :func:`inject_grpc_metadata`, :func:`extract_grpc_metadata`,
-  :func:`client_interceptors` (grpc.aio channel), :class:`TracingServerInterceptor`
-  (grpc.aio server) and :func:`server_span` (inside a servicer method).
+  :func:`client_interceptors` (grpc.aio channel) and :func:`server_interceptor` (grpc.aio
+  server), from the maintained opentelemetry-instrumentation-grpc.
 * Span conventions: :func:`k8s_attributes`, :func:`set_pod`, :func:`set_node`,
   :func:`set_error` (``k8s.pod.name``, ``k8s.namespace.name``, ``k8s.node.name``; errors
   as span status).
@@ -18,15 +18,7 @@
 """
 
 from schedmesh.telemetry.conventions import k8s_attributes, set_error, set_node, set_pod
-from schedmesh.telemetry.grpc_tracing import (
-    TracingServerInterceptor,
-    TracingStreamStreamClientInterceptor,
-    TracingStreamUnaryClientInterceptor,
-    TracingUnaryStreamClientInterceptor,
-    TracingUnaryUnaryClientInterceptor,
-    client_interceptors,
-    server_span,
-)
+from schedmesh.telemetry.grpc_tracing import client_interceptors, server_interceptor
 from schedmesh.telemetry.logs import TraceContextFilter, setup_logging
 from schedmesh.telemetry.propagation import (
     extract_grpc_metadata,
@@ -44,11 +36,6 @@ from schedmesh.telemetry.setup import (
 
 __all__ = [
     "TraceContextFilter",
-    "TracingServerInterceptor",
-    "TracingStreamStreamClientInterceptor",
-    "TracingStreamUnaryClientInterceptor",
-    "TracingUnaryStreamClientInterceptor",
-    "TracingUnaryUnaryClientInterceptor",
     "client_interceptors",
     "extract_grpc_metadata",
     "extract_kafka_headers",
@@ -56,7 +43,7 @@ __all__ = [
     "inject_kafka_headers",
     "k8s_attributes",
     "make_tracer_provider",
-    "server_span",
+    "server_interceptor",
     "service_resource",
     "set_error",
     "set_node",

@@ -9,20 +9,20 @@ import textwrap
 
 import grpc
 import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind
 
 from schedmesh.telemetry import (
-    TracingServerInterceptor,
     client_interceptors,
     extract_grpc_metadata,
     extract_kafka_headers,
     inject_grpc_metadata,
     inject_kafka_headers,
     make_tracer_provider,
-    server_span,
+    server_interceptor,
     setup_tracing,
     tracing_configured,
 )
@@ -159,6 +159,7 @@ def test_setup_tracing_exports_over_otlp_from_env(receiver: OtlpTraceReceiver) -
 
 
 # ---------------------------------------------------------------- gRPC interceptors
+# (opentelemetry-instrumentation-grpc, as every service's server and aio channels use it)
 _SERVICE = "test.v1.Echo"
 
 
@@ -170,7 +171,7 @@ def _echo_handlers(provider: TracerProvider) -> grpc.GenericRpcHandler:
             return b"echo:" + request
 
     async def fail(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        await context.abort(grpc.StatusCode.NOT_FOUND, "no such pod")
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "binder away")
         raise AssertionError("unreachable")
 
     async def crash(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
@@ -181,12 +182,6 @@ def _echo_handlers(provider: TracerProvider) -> grpc.GenericRpcHandler:
             with tracer.start_as_current_span("count.item"):
                 yield str(i).encode()
 
-    async def manual(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        # no interceptor span here: the helper is used instead (see the server setup)
-        with server_span(context, f"/{_SERVICE}/Manual", tracer_provider=provider):
-            with tracer.start_as_current_span("manual.work"):
-                return request
-
     return grpc.method_handlers_generic_handler(
         _SERVICE,
         {
@@ -194,7 +189,6 @@ def _echo_handlers(provider: TracerProvider) -> grpc.GenericRpcHandler:
             "Fail": grpc.unary_unary_rpc_method_handler(fail),
             "Crash": grpc.unary_unary_rpc_method_handler(crash),
             "Count": grpc.unary_stream_rpc_method_handler(count),
-            "Manual": grpc.unary_unary_rpc_method_handler(manual),
         },
     )
 
@@ -208,16 +202,10 @@ async def test_grpc_spans_arrive_with_parent_links(
     server_provider = make_tracer_provider(
         "test-server", [OTLPSpanExporter(endpoint=receiver.endpoint)]
     )
-    class _SkipManual(TracingServerInterceptor):
-        """/Manual opens its span itself with server_span()."""
-
-        async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
-            if handler_call_details.method.endswith("/Manual"):
-                return await continuation(handler_call_details)
-            return await super().intercept_service(continuation, handler_call_details)
-
-    server = grpc.aio.server(interceptors=[_SkipManual(server_provider)])
+    server = grpc.aio.server(interceptors=[server_interceptor(server_provider)])
     server.add_generic_rpc_handlers((_echo_handlers(server_provider),))
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
@@ -228,68 +216,67 @@ async def test_grpc_spans_arrive_with_parent_links(
             tracer = client_provider.get_tracer("test")
             with tracer.start_as_current_span("cycle") as root:
                 assert await channel.unary_unary(f"/{_SERVICE}/Say")(b"hi") == b"echo:hi"
-                with pytest.raises(grpc.aio.AioRpcError) as not_found:
+                with pytest.raises(grpc.aio.AioRpcError) as away:
                     await channel.unary_unary(f"/{_SERVICE}/Fail")(b"x")
-                assert not_found.value.code() is grpc.StatusCode.NOT_FOUND
+                assert away.value.code() is grpc.StatusCode.UNAVAILABLE
                 with pytest.raises(grpc.aio.AioRpcError) as crashed:
                     await channel.unary_unary(f"/{_SERVICE}/Crash")(b"x")
                 assert crashed.value.code() is grpc.StatusCode.UNKNOWN
                 items = [m async for m in channel.unary_stream(f"/{_SERVICE}/Count")(b"3")]
                 assert items == [b"0", b"1", b"2"]
-                assert await channel.unary_unary(f"/{_SERVICE}/Manual")(b"m") == b"m"
+                await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
         trace_id, root_id = _hex_ids(root)
     finally:
         await server.stop(None)
     client_provider.force_flush()
     server_provider.force_flush()
 
-    methods = ("Say", "Fail", "Crash", "Count", "Manual")
+    methods = ("Say", "Fail", "Crash", "Count")
 
     def complete(spans: list[ReceivedSpan]) -> bool:
         kinds = {(s.name, s.kind) for s in spans}
         return all(
-            (f"{_SERVICE}/{m}", kind) in kinds for m in methods for kind in (SpanKind.CLIENT, SpanKind.SERVER)
-        ) and {"say.work", "count.item", "manual.work", "cycle"} <= {s.name for s in spans}
+            (f"/{_SERVICE}/{m}", kind) in kinds for m in methods for kind in (SpanKind.CLIENT, SpanKind.SERVER)
+        ) and {"say.work", "count.item", "cycle"} <= {s.name for s in spans}
 
     spans = receiver.wait_for(complete, timeout=10)
     assert {s.trace_id for s in spans} == {trace_id}, "one trace across client and server"
+    assert not [s for s in spans if "Health" in s.name], "health checks are not traced"
 
     def one(name: str, kind: SpanKind) -> ReceivedSpan:
         [span] = [s for s in spans if s.name == name and s.kind == kind]
         return span
 
     for method in methods:
-        client = one(f"{_SERVICE}/{method}", SpanKind.CLIENT)
-        server_side = one(f"{_SERVICE}/{method}", SpanKind.SERVER)
+        client = one(f"/{_SERVICE}/{method}", SpanKind.CLIENT)
+        server_side = one(f"/{_SERVICE}/{method}", SpanKind.SERVER)
         assert client.parent_span_id == root_id
         assert client.service_name == "test-client"
         assert server_side.parent_span_id == client.span_id, method
         assert server_side.service_name == "test-server"
-        assert client.attributes["rpc.system"] == "grpc"
-        assert client.attributes["rpc.service"] == _SERVICE
-        assert client.attributes["rpc.method"] == method
+        for side in (client, server_side):
+            assert side.attributes["rpc.system"] == "grpc"
+            assert side.attributes["rpc.service"] == _SERVICE
+            assert side.attributes["rpc.method"] == method
 
-    say_server = one(f"{_SERVICE}/Say", SpanKind.SERVER)
+    say_server = one(f"/{_SERVICE}/Say", SpanKind.SERVER)
     [work] = [s for s in spans if s.name == "say.work"]
     assert work.parent_span_id == say_server.span_id
-    count_server = one(f"{_SERVICE}/Count", SpanKind.SERVER)
+    count_server = one(f"/{_SERVICE}/Count", SpanKind.SERVER)
     assert {s.parent_span_id for s in spans if s.name == "count.item"} == {count_server.span_id}
-    [manual_work] = [s for s in spans if s.name == "manual.work"]
-    assert manual_work.parent_span_id == one(f"{_SERVICE}/Manual", SpanKind.SERVER).span_id
 
-    # status codes
-    assert one(f"{_SERVICE}/Say", SpanKind.CLIENT).status_code == "UNSET"
-    assert one(f"{_SERVICE}/Say", SpanKind.CLIENT).attributes["rpc.grpc.status_code"] == 0
-    fail_client = one(f"{_SERVICE}/Fail", SpanKind.CLIENT)
-    fail_server = one(f"{_SERVICE}/Fail", SpanKind.SERVER)
-    assert fail_client.status_code == "ERROR"
-    assert fail_client.attributes["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
-    assert fail_server.attributes["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
-    assert fail_server.status_code == "UNSET"  # NOT_FOUND is not a server error (semconv)
-    crash_server = one(f"{_SERVICE}/Crash", SpanKind.SERVER)
-    assert crash_server.status_code == "ERROR"
-    assert crash_server.attributes["rpc.grpc.status_code"] == grpc.StatusCode.UNKNOWN.value[0]
-    assert one(f"{_SERVICE}/Count", SpanKind.CLIENT).attributes["rpc.grpc.status_code"] == 0
+    # status codes: errors as span status on both sides
+    assert one(f"/{_SERVICE}/Say", SpanKind.CLIENT).status_code == "UNSET"
+    assert one(f"/{_SERVICE}/Say", SpanKind.SERVER).attributes["rpc.grpc.status_code"] == 0
+    for side in (SpanKind.CLIENT, SpanKind.SERVER):
+        failed = one(f"/{_SERVICE}/Fail", side)
+        assert failed.status_code == "ERROR", side
+        assert failed.attributes["rpc.grpc.status_code"] == grpc.StatusCode.UNAVAILABLE.value[0]
+    # an uncaught exception: UNKNOWN to the caller (the instrumentation's server span records the
+    # exception as an event; the mesh's servicers abort with a code instead of raising)
+    crash_client = one(f"/{_SERVICE}/Crash", SpanKind.CLIENT)
+    assert crash_client.status_code == "ERROR"
+    assert crash_client.attributes["rpc.grpc.status_code"] == grpc.StatusCode.UNKNOWN.value[0]
 
     client_provider.shutdown()
     server_provider.shutdown()

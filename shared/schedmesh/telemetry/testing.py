@@ -7,7 +7,7 @@ assert on the spans that arrive::
 
     with OtlpTraceReceiver() as receiver:
         ...  # run code exporting to receiver.endpoint
-        spans = receiver.wait_for(names=["schedmesh.v1.Binder/Bind"])
+        spans = receiver.wait_for(names=["/schedmesh.v1.Binder/Bind"])
         assert spans[0].parent_span_id == client_span.span_id
 
 It runs on its own threads (a synchronous ``grpc.server``), so it keeps receiving

@@ -76,28 +76,34 @@ class ScheduleOne:
         self.loop_running.set()
         while not self._stop.is_set():
             self._refresh_pending_gauge()
-            qpi = self.queue.try_pop()
-            if qpi is None:
-                if self.queue.closed:
-                    return
-                self._stop.wait(0.02)
-                continue
-            t0 = time.perf_counter()
-            try:
-                result = self.schedule_one(qpi)
-                took = time.perf_counter() - t0
-                self.cycle_seconds += took
-                if result:
-                    metrics.observe_attempt(result, qpi.pod.scheduler_name, took)
-                if self.attempts % 100 == 0:
-                    log.info("%d attempts, mean attempt %.1f ms (filter fan-out %.1f ms, score fan-out %.1f ms); %s",
-                             self.attempts, 1000 * self.cycle_seconds / self.attempts,
-                             1000 * self.evaluator.filter_seconds / self.attempts,
-                             1000 * self.evaluator.score_seconds / self.attempts, self.queue.pending_pods_summary())
-            except Exception:
-                log.exception("scheduling %s failed unexpectedly", qpi.key)
-                metrics.observe_attempt(metrics.ERROR, qpi.pod.scheduler_name, time.perf_counter() - t0)
-                self._requeue_error(qpi, self.queue.scheduling_cycle())
+            # A broker-restart re-publication takes the gate: it waits for the attempt in flight
+            # and holds the next one, so no pod it publishes unbound is bound meanwhile.
+            with self._cycle_gate:
+                qpi = self.queue.try_pop()
+                if qpi is not None:
+                    self._attempt(qpi)
+                    continue
+            if self.queue.closed:
+                return
+            self._stop.wait(0.02)
+
+    def _attempt(self, qpi: QueuedPodInfo) -> None:
+        t0 = time.perf_counter()
+        try:
+            result = self.schedule_one(qpi)
+            took = time.perf_counter() - t0
+            self.cycle_seconds += took
+            if result:
+                metrics.observe_attempt(result, qpi.pod.scheduler_name, took)
+            if self.attempts % 100 == 0:
+                log.info("%d attempts, mean attempt %.1f ms (filter fan-out %.1f ms, score fan-out %.1f ms); %s",
+                         self.attempts, 1000 * self.cycle_seconds / self.attempts,
+                         1000 * self.evaluator.filter_seconds / self.attempts,
+                         1000 * self.evaluator.score_seconds / self.attempts, self.queue.pending_pods_summary())
+        except Exception:
+            log.exception("scheduling %s failed unexpectedly", qpi.key)
+            metrics.observe_attempt(metrics.ERROR, qpi.pod.scheduler_name, time.perf_counter() - t0)
+            self._requeue_error(qpi, self.queue.scheduling_cycle())
 
     def schedule_one(self, qpi: QueuedPodInfo) -> str:
         """One attempt; returns its result as kube's metrics label it ("" when skipped)."""

@@ -77,6 +77,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self.algo = SchedulingAlgorithm(tie_break=cfg.tie_break, evaluator=self.evaluator, **kw)
         self.assumed: dict[str, AssumedPod] = {}  # uid -> pods assumed, not yet seen bound
         self._assumed_lock = threading.Lock()
+        self._cycle_gate = threading.Lock()  # held by each attempt, and by a re-publication
         self.notes: dict[str, PodNotes] = {}
         self._notes_lock = threading.Lock()
         self.applied_nodes: dict[str, Node] = {}
@@ -111,7 +112,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
     async def start(self, timeout: float = 60.0) -> None:
         self.loop = asyncio.get_running_loop()
         self.producer = EventProducer(self.bootstrap, client_id=f"{self.cfg.client_id}-producer",
-                                      on_restart=self._republish)
+                                      on_restart=self._republish, resend=self._resend_after_restart)
         await self.producer.start(timeout)
         self.follower = CacheFollower(self.bootstrap, self.cache, client_id=self.cfg.client_id)
         await self.follower.start(timeout)
@@ -178,6 +179,26 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                               trace_id=trace_id)
         return TOPIC_EVENTS, pod.uid, ev.SerializeToString()
 
+    def _resend_after_restart(self, topic: str, value: bytes) -> Optional[bytes]:
+        """A record this producer sent around a broker restart, about to be sent again: an applied
+        pod that this cache has seen bound since is left out (the binding is newer; _republish
+        sends the pod as it is now), so no stale unbound copy lands after its binding."""
+        if topic != TOPIC_PODS:
+            return value
+        msg = events_pb2.PodRecord.FromString(value)
+        items = records.expand(msg)
+        with self.cache.lock:
+            keep = [r for r in items if not self._bound_since(r)]
+        if len(keep) == len(items):
+            return value
+        return records.pod_batch_record(keep, self.cfg.client_id)[2] if keep else None
+
+    def _bound_since(self, rec: events_pb2.PodRecord) -> bool:
+        if rec.HasField("update") or rec.deleted or rec.pod.node_name:
+            return False
+        current = self.cache.pods.get(rec.pod.metadata.uid)
+        return current is not None and bool(current.node_name)
+
     async def _republish(self) -> None:
         """The broker came back empty: publish again what this queue-manager owns, as the API
         server would still hold it: applied objects and every pod of its profiles, bound ones with
@@ -204,9 +225,15 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                 recs.append(records.pod_batch_record(
                     [records.pod_message(p, source=self.cfg.client_id) for p in pods[i:i + 500]], self.cfg.client_id))
             return recs
-        recs = await asyncio.to_thread(build)
-        log.warning("broker restarted: re-publishing %d records", len(recs))
-        await records.publish(self.producer, recs)
+        # No attempt runs from the snapshot to its publication: a pod published unbound must not
+        # be bound (and its binding published) in between, or the stale copy would land last.
+        await asyncio.to_thread(self._cycle_gate.acquire)
+        try:
+            recs = await asyncio.to_thread(build)
+            log.warning("broker restarted: re-publishing %d records", len(recs))
+            await records.publish(self.producer, recs)
+        finally:
+            self._cycle_gate.release()
 
     async def _restore(self) -> None:
         """At start: publish again, from the local store, what was applied and the broker no longer
