@@ -8,7 +8,7 @@ import dataclasses
 from schedmesh.api.load import load_text
 from schedmesh.mesh import records
 from schedmesh.mesh.binder import BindLedger, bound_pod
-from schedmesh.mesh.cluster_cache import TOPIC_NODES, TOPIC_PODS, ClusterCache
+from schedmesh.mesh.cluster_cache import ClusterCache
 
 MANIFEST = """
 apiVersion: v1

@@ -1,7 +1,6 @@
 """Static checks of docker-compose.yml, the Dockerfile and deploy/kubernetes (no Docker or cluster needed)."""
 from __future__ import annotations
 
-import glob
 import importlib.util
 import re
 from pathlib import Path
