@@ -61,6 +61,16 @@ async def mesh_placements(bootstrap: str, shards: int, cluster, pending, tmp_pat
             await asyncio.to_thread(p.wait_serving)
         await follower.start()
         follow = asyncio.create_task(follower.follow())
+        # the whole recorded cluster in this cache before the first attempt: the view's offsets
+        # (what the shards wait for) are this cache's
+        want_pods, want_nodes = len(cluster.pods), len(cluster.nodes)
+        for _ in range(300):
+            with cache.lock:
+                if len(cache.pods) >= want_pods and len(cache.snapshot.node_info_list) >= want_nodes:
+                    break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"the cache did not catch up: {len(cache.pods)}/{want_pods} pods")
         assumed: dict[str, tuple] = {}
 
         def view() -> spb.ClusterView:

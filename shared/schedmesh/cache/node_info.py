@@ -2,7 +2,7 @@
 (kube-scheduler's framework.NodeInfo / framework.PodInfo)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from schedmesh.api.labels import LabelSelector

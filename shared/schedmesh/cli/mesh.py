@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -10,10 +9,9 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from schedmesh.cli.supervisor import (EMBEDDED_BROKER_LOSES, NOT_RUNNING, SUPERVISOR_LOG, MeshError, MeshState,
-                                      RestartPolicy, Supervisor, free_port, load_state, new_log_dir, pid_alive,
-                                      process_start_ticks, start_detached, state_path, stop_mesh_processes,
-                                      supervisor_alive)
+from schedmesh.cli.supervisor import (EMBEDDED_BROKER_LOSES, SUPERVISOR_LOG, MeshError, MeshState, RestartPolicy,
+                                      Supervisor, free_port, load_state, new_log_dir, pid_alive, process_start_ticks,
+                                      start_detached, state_path, stop_mesh_processes, supervisor_alive)
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"
 DEFAULT_POOL = DEMO_DIR / "pool.yaml"

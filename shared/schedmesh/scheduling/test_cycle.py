@@ -2,13 +2,12 @@
 host selection and nominated pods (kube's schedule_one_test.go cases, re-expressed)."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from schedmesh.api.load import admit_all, load_text
 from schedmesh.cache.node_info import PodInfo
 from schedmesh.cache.snapshot import Snapshot
-from schedmesh.framework.interface import Code, CycleState, NodeToStatus, Status
+from schedmesh.framework.interface import Code, CycleState, Status
 from schedmesh.framework.profile import default_profile
 from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.scheduling.cycle import Diagnosis, FitError, SchedulingAlgorithm
