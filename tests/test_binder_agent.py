@@ -354,11 +354,13 @@ async def test_deleted_pods(mesh: Mesh) -> None:
 async def test_broker_restart(mesh: Mesh) -> None:
     await asyncio.to_thread(mesh.broker.restart)
     # the agent re-registers its nodes and re-publishes its pods on the new (empty) broker
+    # (the binder re-publishes its bindings too, the pod's status included: either may come first)
+    def agent_running(p) -> bool:
+        return p.pod.metadata.name == "web-0" and p.pod.phase == "Running" and p.source == AGENT
     recs = await records_until(mesh.bootstrap, [TOPIC_NODES, TOPIC_PODS], lambda rs: set(nodes_of(rs)) >= NODES
-                               and any(p.pod.metadata.name == "web-0" and p.pod.phase == "Running"
-                                       for p, _ in pods_of(rs)), timeout=30)
-    web = next(p for p, _ in pods_of(recs) if p.pod.metadata.name == "web-0")
-    assert web.source == AGENT and web.pod.node_name == "t-0"
+                               and any(agent_running(p) for p, _ in pods_of(rs)), timeout=30)
+    web = next(p for p, _ in pods_of(recs) if agent_running(p))
+    assert web.pod.node_name == "t-0"
     client = BinderClient(mesh.binder.target, "qm-a")
     try:
         # the binder's ledger still holds web-0's 3 cpu on t-0, and it can publish again

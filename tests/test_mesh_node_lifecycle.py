@@ -124,8 +124,10 @@ def test_dead_agent_nodes_become_unreachable_and_their_pods_are_evicted(mesh) ->
     marked = wait("short marked for deletion", lambda: pods(mesh)["short"].pod.metadata.deletion_timestamp, 60)
     # tolerationSeconds counted from when the controller saw the taint (its clock), not at once
     assert marked - tainted >= 3 - 0.5, (marked, tainted)
-    events = mesh.stub.DescribePod(queue_pb2.DescribeRequest(namespace="default", name="short"), timeout=30).events
-    assert ("TaintManagerEviction", "Marking for deletion Pod default/short") in [(e.reason, e.message) for e in events]
+    # the Event travels on its own topic: it may reach the queue-manager a moment after the pod
+    wait("the TaintManagerEviction event", lambda: ("TaintManagerEviction", "Marking for deletion Pod default/short") in [
+        (e.reason, e.message) for e in mesh.stub.DescribePod(queue_pb2.DescribeRequest(namespace="default", name="short"),
+                                                             timeout=30).events], 30)
     conditions = {(c.type, c.status, c.reason) for c in pods(mesh)["short"].pod.conditions}
     assert ("DisruptionTarget", "True", "DeletionByTaintManager") in conditions
     assert not pods(mesh)["default-300"].pod.metadata.deletion_timestamp  # 300 s not up

@@ -198,8 +198,9 @@ def test_policy_never_pdb_reprieve_and_the_nominated_node(tmp_path: Path) -> Non
                 assert [(x.status, x.reason) for x in c.conditions if x.type == "DisruptionTarget"] == [
                     ("True", "PreemptionByScheduler")]
                 # (events are kept about live pods only: read while the victim terminates)
-                assert [(e.type, e.message) for e in mesh.events(k) if e.reason == "Preempted"] == [
-                    ("Normal", f"Preempted by pod {views['default/urgent'].pod.metadata.uid} on node n2")]
+                preempted = mesh.until(lambda: [(e.type, e.message) for e in mesh.events(k) if e.reason == "Preempted"],
+                                       10, f"{k}'s Preempted event")
+                assert preempted == [("Normal", f"Preempted by pod {views['default/urgent'].pod.metadata.uid} on node n2")]
 
         def landed():
             views = mesh.views()

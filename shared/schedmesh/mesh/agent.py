@@ -359,13 +359,15 @@ class KubeletAgent:
                 await self.handle(r)
 
     async def heartbeat_loop(self) -> None:
+        """A lease for every node with a kubelet, at once (the node-lifecycle controller watches a
+        node from its first heartbeat) and then every `heartbeat` seconds."""
         while True:
-            await asyncio.sleep(self.heartbeat)
             try:
                 now = self.clock()
                 await self._send(lease_record([n for n, sn in self.nodes.items() if not sn.applied], now, self.name))
             except Exception:  # noqa: BLE001 - a missed heartbeat is retried next period
                 log.exception("heartbeat failed")
+            await asyncio.sleep(self.heartbeat)
 
     async def reconcile_loop(self) -> None:
         while True:
