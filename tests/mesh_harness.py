@@ -3,7 +3,6 @@ SCHEDMESH_TEST_KAFKA=testcontainers and a Docker engine exists) and service proc
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,13 +13,11 @@ from typing import Iterator, Optional
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from schedmesh.ports import free_port
+
+__all__ = ["ServiceProc", "free_port", "kafka"]  # free_port: the tests pick ports as the mesh does
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

