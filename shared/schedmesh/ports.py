@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import random
 import socket
+import threading
+from typing import Optional
 
 _LOWEST = 20000
 
@@ -29,14 +31,26 @@ def _bindable(host: str, port: int) -> bool:
     return True
 
 
+_lock = threading.Lock()
+_next: Optional[int] = None  # this process hands out ports in sequence from a random start
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on `host` that is free now, outside the ephemeral range when there is room."""
+    """A TCP port on `host` that is free now, outside the ephemeral range when there is room.
+
+    In sequence from a random start, so one process (a supervisor choosing a mesh's ports before
+    any of them is bound) never hands out a port twice, and two processes doing so at once
+    rarely meet."""
+    global _next
     high = _ephemeral_start() - 1
-    if high > _LOWEST:
-        for _ in range(100):
-            port = random.randint(_LOWEST, high)
-            if _bindable(host, port):
-                return port
+    if high > _LOWEST + 100:
+        with _lock:
+            if _next is None:
+                _next = random.randint(_LOWEST, high)
+            for _ in range(high - _LOWEST):
+                port, _next = _next, _next + 1 if _next < high else _LOWEST
+                if _bindable(host, port):
+                    return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
