@@ -150,7 +150,9 @@ def kafka_client_options(env: Mapping[str, str] = os.environ) -> dict:
 
 # ------------------------------------------------------------------ the Scheduler API token
 def new_token() -> str:
-    return secrets.token_urlsafe(32)
+    """256 random bits as hex: no leading "-" (a urlsafe token starting with one was read as an
+    option by `--token TOKEN`) and nothing a shell or a header needs quoted."""
+    return secrets.token_hex(32)
 
 
 def write_token(path: Path) -> str:
