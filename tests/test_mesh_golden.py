@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,13 +23,7 @@ from schedmesh.cli.mesh import Client
 from schedmesh.cli.supervisor import load_state
 from schedmesh.v1 import queue_pb2
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
-CONFIG = """apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-percentageOfNodesToScore: 100
-"""
-KINDS = (("Namespace", "v1", "namespaces"), ("PriorityClass", "scheduling.k8s.io/v1", "priorityClasses"),
-         ("PodDisruptionBudget", "policy/v1", "pdbs"), ("Node", "v1", "nodes"), ("Pod", "v1", "pods"))
+from tests.golden_mesh import CONFIG, GOLDEN, KINDS, pod_key, schedmesh
 
 
 def _has_victims(name: str) -> bool:
@@ -55,16 +47,6 @@ def _one_per_family(names: list[str]) -> list[str]:
 
 
 SCENARIOS = ALL_SCENARIOS if os.environ.get("SCHEDMESH_TEST_ALL_SCENARIOS") else _one_per_family(ALL_SCENARIOS)
-
-
-def schedmesh(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    return subprocess.run([sys.executable, "-m", "schedmesh.cli.main", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def _key(meta: dict) -> str:
-    return f"{meta.get('namespace') or 'default'}/{meta['name']}"
 
 
 class Placed:
@@ -113,7 +95,7 @@ def test_mesh_places_like_kube_scheduler(tmp_path: Path, name: str) -> None:
         mesh = Placed(client)
         mesh.apply([{"apiVersion": api, "kind": kind, **o} for kind, api, key in KINDS for o in sc.get(key) or []],
                    f"{name}.in.json")
-        bound = {_key(p["metadata"]) for p in sc.get("pods") or []}
+        bound = {pod_key(p["metadata"]) for p in sc.get("pods") or []}
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not all(mesh.pods().get(k, ("",))[0] for k in bound):
             time.sleep(0.2)

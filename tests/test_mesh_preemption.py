@@ -13,9 +13,6 @@ by the test.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,13 +22,7 @@ from schedmesh.cli.mesh import Client
 from schedmesh.cli.supervisor import load_state
 from schedmesh.v1 import queue_pb2
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
-CONFIG = """apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-percentageOfNodesToScore: 100
-"""
-KINDS = (("Namespace", "v1", "namespaces"), ("PriorityClass", "scheduling.k8s.io/v1", "priorityClasses"),
-         ("PodDisruptionBudget", "policy/v1", "pdbs"), ("Node", "v1", "nodes"), ("Pod", "v1", "pods"))
+from tests.golden_mesh import CONFIG, GOLDEN, KINDS, pod_key, schedmesh
 
 
 def _first_preemptor(name: str):
@@ -42,12 +33,6 @@ def _first_preemptor(name: str):
 SCENARIOS = [n for n in sorted(p.name[:-len(".in.json")] for p in GOLDEN.glob("*.in.json"))
              if _first_preemptor(n) is not None]
 assert SCENARIOS, f"no golden scenarios with preemption victims in {GOLDEN}"
-
-
-def schedmesh(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    return subprocess.run([sys.executable, "-m", "schedmesh.cli.main", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 class Mesh:
@@ -92,10 +77,6 @@ def _gone(v) -> bool:
     return v is None or bool(v.pod.metadata.deletion_timestamp) or v.pod.phase in ("Failed", "Succeeded")
 
 
-def _key(meta: dict) -> str:
-    return f"{meta.get('namespace') or 'default'}/{meta['name']}"
-
-
 def _message(v) -> str:
     return v.message or next((c.message for c in v.pod.conditions
                               if c.type == "PodScheduled" and c.status == "False"), "")
@@ -110,7 +91,7 @@ def test_mesh_acts_out_kubes_preemption(tmp_path: Path, name: str) -> None:
     mesh = Mesh(tmp_path)
     try:
         mesh.apply([{"apiVersion": api, "kind": kind, **o} for kind, api, key in KINDS for o in sc.get(key) or []])
-        bound = {_key(p["metadata"]): p["spec"]["nodeName"] for p in sc.get("pods") or []}
+        bound = {pod_key(p["metadata"]): p["spec"]["nodeName"] for p in sc.get("pods") or []}
         # Running, as they are by the time golden-mesh-check's CLI calls apply the next pod: the agent
         # stamps start times in start order, and preemption prefers victims that started last.
         mesh.until(lambda: all(v is not None and v.pod.node_name and v.pod.phase == "Running"
