@@ -1,7 +1,7 @@
 """Durable local state (issue 13, point 3): with the embedded, memory-only broker, a whole-mesh
 `down` then `up --restore` keeps what users applied (the queue-manager's store under
-.schedmesh/applied is applied again; a plain `up` starts empty and moves the store aside): the pods come back and are scheduled again, their PriorityClass before
-them; a pod deleted before `down` stays deleted; `up` and `down` say what is kept and what is
+.schedmesh/applied is applied again; a plain `up` starts empty and moves the store aside): the pods come back and are scheduled again, their PriorityClass and
+RuntimeClass before them; a pod deleted before `down` stays deleted; `up` and `down` say what is kept and what is
 not; the first run's logs are still there."""
 from __future__ import annotations
 
@@ -23,12 +23,19 @@ MANIFEST = """apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass
 metadata: {name: keep-high}
 value: 1000
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: keep-runtime}
+handler: runc
+overhead: {podFixed: {cpu: 10m}}
 """ + "".join(f"""---
 apiVersion: v1
 kind: Pod
 metadata: {{name: {name}, namespace: default}}
 spec:
   priorityClassName: keep-high
+  runtimeClassName: keep-runtime
   containers: [{{name: c, image: nginx, resources: {{requests: {{cpu: 100m}}}}}}]
 """ for name in ("keep-0", "keep-1", "keep-2", "gone-0"))
 
@@ -84,8 +91,10 @@ def test_down_then_up_keeps_what_was_applied(tmp_path: Path) -> None:
                         "the applied pods back and scheduled again")
         assert "gone-0" not in now, "a pod deleted before down came back"
         assert {now[n].pod.priority for n in ("keep-0", "keep-1", "keep-2")} == {1000}
+        assert {now[n].pod.overhead["cpu"] for n in ("keep-0", "keep-1", "keep-2")} == {"0.01"}
         again = stub(tmp_path).Apply(queue_pb2.ApplyRequest(manifest=MANIFEST, source="keep.yaml"), timeout=30)
         assert "priorityclass/keep-high unchanged" in again.applied and "pod/default/keep-0 unchanged" in again.applied
+        assert "runtimeclass.node.k8s.io/keep-runtime unchanged" in again.applied
         assert first_logs.is_dir() and any(first_logs.iterdir()), "up deleted the earlier run's logs"
         assert Path(state(tmp_path)["log_dir"]) != first_logs
     finally:

@@ -29,6 +29,10 @@ def main() -> None:
     p.add_argument("--tie-break", choices=("random", "name"), default="random")
     p.add_argument("--strict-names", action="store_true", default=os.environ.get("SCHEDMESH_STRICT_NAMES") == "1",
                    help="refuse object names the Kubernetes API server refuses (default: accept with a warning)")
+    p.add_argument("--strict-admission", action="store_true",
+                   default=os.environ.get("SCHEDMESH_STRICT_ADMISSION") == "1",
+                   help="refuse pods naming a RuntimeClass that does not exist, as the Kubernetes API server "
+                        "does (default: accept them as written with a warning)")
     a = p.parse_args()
     filters, scores = _targets(a.filter_workers), _targets(a.score_workers)
     if bool(filters) != bool(scores):
@@ -37,7 +41,8 @@ def main() -> None:
         p.error("--binder is required")
     cfg = QueueManagerConfig(filter_workers=filters, score_workers=scores, binder=a.binder, client_id=a.client_id,
                              preemption=a.preemption or None,
-                             tie_break=a.tie_break, strict_names=a.strict_names)
+                             tie_break=a.tie_break, strict_names=a.strict_names,
+                             strict_admission=a.strict_admission)
     if a.config:
         cfg.use_scheduler_config(a.config)
     asyncio.run(serve(cfg, a.bootstrap, a.port))

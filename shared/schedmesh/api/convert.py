@@ -9,8 +9,9 @@ from schedmesh.api.quantity import format_exact, parse_quantity
 from schedmesh.api.types import (Affinity, Container, ContainerImage, ContainerPort, Namespace, Node, NodeAffinity,
                                  NodeCondition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectMeta,
                                  OwnerReference, Pod, PodAffinity, PodAffinityTerm, PodCondition,
-                                 PodDisruptionBudget, PreferredSchedulingTerm, PriorityClass, ResourceList, Taint,
-                                 Toleration, TopologySpreadConstraint, WeightedPodAffinityTerm)
+                                 PodDisruptionBudget, PreferredSchedulingTerm, PriorityClass, ResourceList,
+                                 RuntimeClass, RuntimeClassScheduling, Taint, Toleration, TopologySpreadConstraint,
+                                 WeightedPodAffinityTerm)
 from schedmesh.v1 import objects_pb2 as pb
 
 
@@ -159,10 +160,7 @@ def pod_to_proto(p: Pod, out: Optional[pb.Pod] = None) -> pb.Pod:
             _pa_to(p.affinity.pod_affinity, a.pod_affinity)
         if p.affinity.pod_anti_affinity is not None:
             _pa_to(p.affinity.pod_anti_affinity, a.pod_anti_affinity)
-    for t in p.tolerations:
-        out.tolerations.add(key=t.key, operator=t.operator, value=t.value, effect=t.effect,
-                            has_toleration_seconds=t.toleration_seconds is not None,
-                            toleration_seconds=t.toleration_seconds or 0)
+    _tolerations_to(p.tolerations, out.tolerations)
     for c in p.topology_spread_constraints:
         m = out.topology_spread_constraints.add(max_skew=c.max_skew, topology_key=c.topology_key,
                                                 when_unsatisfiable=c.when_unsatisfiable, min_domains=c.min_domains or 0,
@@ -191,6 +189,17 @@ def pod_to_proto(p: Pod, out: Optional[pb.Pod] = None) -> pb.Pod:
     return out
 
 
+def _tolerations_to(tolerations: list[Toleration], out) -> None:
+    for t in tolerations:
+        out.add(key=t.key, operator=t.operator, value=t.value, effect=t.effect,
+                has_toleration_seconds=t.toleration_seconds is not None, toleration_seconds=t.toleration_seconds or 0)
+
+
+def _tolerations_from(m) -> list[Toleration]:
+    return [Toleration(t.key, t.operator, t.value, t.effect, t.toleration_seconds if t.has_toleration_seconds else None)
+            for t in m]
+
+
 def pod_from_proto(m: pb.Pod) -> Pod:
     aff = None
     if m.HasField("affinity"):
@@ -208,8 +217,7 @@ def pod_from_proto(m: pb.Pod) -> Pod:
         containers=[_container_from(c) for c in m.containers],
         init_containers=[_container_from(c) for c in m.init_containers],
         node_name=m.node_name, node_selector=dict(m.node_selector), affinity=aff,
-        tolerations=[Toleration(t.key, t.operator, t.value, t.effect,
-                                t.toleration_seconds if t.has_toleration_seconds else None) for t in m.tolerations],
+        tolerations=_tolerations_from(m.tolerations),
         topology_spread_constraints=[TopologySpreadConstraint(
             c.max_skew, c.topology_key, c.when_unsatisfiable,
             selector_from(c.label_selector, c.HasField("label_selector")), c.min_domains or None,
@@ -261,6 +269,26 @@ def priority_class_to_proto(c: PriorityClass) -> pb.PriorityClass:
 
 def priority_class_from_proto(m: pb.PriorityClass) -> PriorityClass:
     return PriorityClass(m.name, m.value, m.global_default, m.preemption_policy or "PreemptLowerPriority", m.description)
+
+
+def runtime_class_to_proto(c: RuntimeClass) -> pb.RuntimeClass:
+    out = pb.RuntimeClass(name=c.name, handler=c.handler)
+    if c.overhead is not None:
+        out.overhead.SetInParent()
+        _rl_to(c.overhead, out.overhead.items)
+    if c.scheduling is not None:
+        out.scheduling.SetInParent()
+        out.scheduling.node_selector.update(c.scheduling.node_selector)
+        _tolerations_to(c.scheduling.tolerations, out.scheduling.tolerations)
+    return out
+
+
+def runtime_class_from_proto(m: pb.RuntimeClass) -> RuntimeClass:
+    scheduling = None
+    if m.HasField("scheduling"):
+        scheduling = RuntimeClassScheduling(dict(m.scheduling.node_selector),
+                                            _tolerations_from(m.scheduling.tolerations))
+    return RuntimeClass(m.name, m.handler, _rl_from(m.overhead.items) if m.HasField("overhead") else None, scheduling)
 
 
 def pdb_to_proto(p: PodDisruptionBudget) -> pb.PodDisruptionBudget:

@@ -1,7 +1,8 @@
 """Reading Kubernetes manifests as users write them, the way the API server would.
 
 Multi-document YAML, JSON, `kind: List`; v1 Pod, Node, Namespace, scheduling.k8s.io/v1
-PriorityClass, policy/v1 PodDisruptionBudget, apps/v1 Deployment, ReplicaSet and StatefulSet
+PriorityClass, node.k8s.io/v1 RuntimeClass, policy/v1 PodDisruptionBudget, apps/v1 Deployment,
+ReplicaSet and StatefulSet
 (expanded to their pods, named as their controllers name them) and
 kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration (kept as a dict for
 `schedmesh.framework.config`). Defaults are applied as the API server applies them
@@ -41,8 +42,8 @@ from schedmesh.api.types import (DEFAULT_NAMESPACE, NO_EXECUTE, NO_SCHEDULE, PRE
                                  NodeCondition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
                                  ObjectMeta, OwnerReference, Pod, PodAffinity, PodAffinityTerm,
                                  PodCondition, PodDisruptionBudget, PreferredSchedulingTerm, PriorityClass,
-                                 ResourceList, Taint, Toleration, TopologySpreadConstraint,
-                                 WeightedPodAffinityTerm)
+                                 ResourceList, RuntimeClass, RuntimeClassScheduling, Taint, Toleration,
+                                 TopologySpreadConstraint, WeightedPodAffinityTerm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,9 +82,10 @@ class Manifests:
     pdbs: list[PodDisruptionBudget] = field(default_factory=list)
     namespaces: list[Namespace] = field(default_factory=list)
     scheduler_configs: list[dict] = field(default_factory=list)
+    runtime_classes: list[RuntimeClass] = field(default_factory=list)
 
     def extend(self, other: "Manifests") -> "Manifests":
-        for f in ("nodes", "pods", "priority_classes", "pdbs", "namespaces", "scheduler_configs"):
+        for f in ("nodes", "pods", "priority_classes", "pdbs", "namespaces", "scheduler_configs", "runtime_classes"):
             getattr(self, f).extend(getattr(other, f))
         return self
 
@@ -316,8 +318,8 @@ def path_segment_errors(value: str) -> list[str]:
 
 def _name_errors_for(kind: str, strict: bool) -> Callable[[str], list[str]]:
     """Strictly as the API server: ValidateNamespaceName is a DNS label; Pods, Nodes,
-    PriorityClasses, PDBs and the apps/v1 workloads are DNS subdomains. Otherwise any name that
-    can be a URL path segment (see load_text's strict_names)."""
+    PriorityClasses, RuntimeClasses, PDBs and the apps/v1 workloads are DNS subdomains.
+    Otherwise any name that can be a URL path segment (see load_text's strict_names)."""
     if not strict:
         return path_segment_errors
     return dns1123_label_errors if kind == "Namespace" else dns1123_subdomain_errors
@@ -329,6 +331,7 @@ def api_server_name_warnings(m: "Manifests") -> list[str]:
     out = []
     named = [("namespace", "Namespace", n.name) for n in m.namespaces]
     named += [("priorityclass", "PriorityClass", c.name) for c in m.priority_classes]
+    named += [("runtimeclass", "RuntimeClass", c.name) for c in m.runtime_classes]
     named += [("node", "Node", n.name) for n in m.nodes]
     named += [("poddisruptionbudget", "PodDisruptionBudget", f"{p.namespace}/{p.name}") for p in m.pdbs]
     named += [("pod", "Pod", p.key) for p in m.pods]
@@ -999,7 +1002,7 @@ def parse_pod(doc: _Doc, d: dict) -> Pod:
 
 
 # ---------------------------------------------------------------------------------------------
-# Node, PriorityClass, PDB, Namespace
+# Node, PriorityClass, RuntimeClass, PDB, Namespace
 # ---------------------------------------------------------------------------------------------
 
 def parse_node(doc: _Doc, d: dict) -> Node:
@@ -1043,6 +1046,35 @@ def parse_priority_class(doc: _Doc, d: dict) -> PriorityClass:
         raise doc.fail("preemptionPolicy", f"{pp!r} is not one of PreemptLowerPriority, Never")
     return PriorityClass(meta.name, value, doc.bool_(d.get("globalDefault"), "globalDefault"), pp,
                          doc.str_(d.get("description"), "description"))
+
+
+def parse_runtime_class(doc: _Doc, d: dict) -> RuntimeClass:
+    """node.k8s.io/v1 RuntimeClass, validated as kube's ValidateRuntimeClass."""
+    meta = _meta(doc, d.get("metadata"), "RuntimeClass", False)
+    handler = doc.str_(d.get("handler"), "handler")
+    if not handler:
+        raise doc.fail("handler", "Required value")
+    errs = dns1123_label_errors(handler)
+    if errs:
+        raise doc.fail("handler", _invalid(handler, errs))
+    overhead = None
+    if d.get("overhead") is not None:
+        overhead = doc.quantities(doc.obj(d.get("overhead"), "overhead").get("podFixed"), "overhead.podFixed")
+    scheduling = None
+    if d.get("scheduling") is not None:
+        sc = doc.obj(d.get("scheduling"), "scheduling")
+        tolerations: list[Toleration] = []
+        for i, t in enumerate(doc.lst(sc.get("tolerations"), "scheduling.tolerations")):
+            tol = _toleration(doc, t, f"scheduling.tolerations[{i}]")
+            # Tolerations are a list map keyed by key, operator, value and effect in node/v1.
+            if any((e.key, e.operator, e.value, e.effect) == (tol.key, tol.operator, tol.value, tol.effect)
+                   for e in tolerations):
+                raise doc.fail(f"scheduling.tolerations[{i}]", "Duplicate value: the same key, operator, value "
+                                                               "and effect as an earlier toleration")
+            tolerations.append(tol)
+        scheduling = RuntimeClassScheduling(doc.labels(sc.get("nodeSelector"), "scheduling.nodeSelector"),
+                                            tolerations)
+    return RuntimeClass(meta.name, handler, overhead, scheduling)
 
 
 def parse_pdb(doc: _Doc, d: dict) -> PodDisruptionBudget:
@@ -1176,6 +1208,7 @@ _PARSERS: dict[tuple[str, str], Callable[[_Doc, dict], Any]] = {
     ("v1", "Node"): parse_node,
     ("v1", "Namespace"): parse_namespace,
     ("scheduling.k8s.io/v1", "PriorityClass"): parse_priority_class,
+    ("node.k8s.io/v1", "RuntimeClass"): parse_runtime_class,
     ("policy/v1", "PodDisruptionBudget"): parse_pdb,
 }
 _WORKLOADS = {("apps/v1", k) for k in _WORKLOAD_KINDS}
@@ -1243,7 +1276,7 @@ def _add_object(req: _Request, out: Manifests, d: Any, where: str) -> None:
     else:
         req.define(doc, kind, "", obj.name)
     {Pod: out.pods, Node: out.nodes, Namespace: out.namespaces, PriorityClass: out.priority_classes,
-     PodDisruptionBudget: out.pdbs}[type(obj)].append(obj)
+     RuntimeClass: out.runtime_classes, PodDisruptionBudget: out.pdbs}[type(obj)].append(obj)
 
 
 def _load_source(req: _Request, out: Manifests, text: str, source: str) -> None:
@@ -1316,6 +1349,7 @@ def _object_keys(m: Manifests) -> dict[tuple[str, str, str], str]:
                  f"PodDisruptionBudget {p.meta.namespace}/{p.meta.name}" for p in m.pdbs})
     keys.update({("Node", "", n.name): f"Node {n.name}" for n in m.nodes})
     keys.update({("PriorityClass", "", c.name): f"PriorityClass {c.name}" for c in m.priority_classes})
+    keys.update({("RuntimeClass", "", c.name): f"RuntimeClass {c.name}" for c in m.runtime_classes})
     keys.update({("Namespace", "", n.name): f"Namespace {n.name}" for n in m.namespaces})
     return keys
 

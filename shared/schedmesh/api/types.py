@@ -1,4 +1,5 @@
-"""The scheduling-relevant subset of the Kubernetes object model (core/v1, scheduling/v1, policy/v1).
+"""The scheduling-relevant subset of the Kubernetes object model (core/v1, scheduling/v1, policy/v1,
+node/v1).
 
 Field names follow the Kubernetes JSON names in snake_case. Objects are built by
 `schedmesh.api.load` (from YAML/JSON, with defaults applied as the API server would) and
@@ -267,6 +268,24 @@ class PriorityClass:
     global_default: bool = False
     preemption_policy: str = PREEMPT_LOWER_PRIORITY
     description: str = ""
+
+
+@dataclass(slots=True)
+class RuntimeClassScheduling:
+    """node.k8s.io/v1 Scheduling: merged into the pods of the class by RuntimeClass admission."""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[Toleration] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class RuntimeClass:
+    """node.k8s.io/v1 RuntimeClass (cluster-scoped). None and an empty value differ as nil and an
+    empty struct differ in kube: a class without `overhead` and one with `overhead: {}` refuse a
+    pod's own overhead with different messages; `scheduling` unset skips the merge altogether."""
+    name: str
+    handler: str
+    overhead: Optional[ResourceList] = None  # overhead.podFixed
+    scheduling: Optional[RuntimeClassScheduling] = None
 
 
 @dataclass(slots=True)

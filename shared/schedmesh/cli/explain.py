@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, TextIO
 
 from schedmesh.api.load import Manifests, admit_all, load_files, refuse_duplicates_across
+from schedmesh.api.runtime_class import admit_runtime_class
 from schedmesh.api.types import Pod
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState
@@ -148,7 +149,8 @@ def load_profiles(config_path: Optional[str]) -> tuple[list[Profile], int, list]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", required=True, action="append",
-                   help="YAML/JSON with Nodes, bound Pods (spec.nodeName set), PriorityClasses, Namespaces, PDBs")
+                   help="YAML/JSON with Nodes, bound Pods (spec.nodeName set), PriorityClasses, RuntimeClasses, "
+                        "Namespaces, PDBs")
     p.add_argument("--pods", required=True, action="append", help="YAML/JSON with the pods to place, in order")
     p.add_argument("--config", help="a KubeSchedulerConfiguration file (default: kube-scheduler's default profile)")
     p.add_argument("--tie-break", choices=("random", "name"), default="random",
@@ -164,6 +166,12 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     classes = cluster.priority_classes + pending.priority_classes
     admit_all(cluster, classes)
     admit_all(pending, classes)
+    # Pods are otherwise taken as stored (already admitted): only those naming a RuntimeClass
+    # given here are admitted against it, as the mesh's apply admits them.
+    runtime_classes = {c.name: c for c in cluster.runtime_classes + pending.runtime_classes}
+    for p in pending.pods:
+        if p.runtime_class_name in runtime_classes:
+            admit_runtime_class(p, runtime_classes)
     unbound = [p.key for p in cluster.pods if not p.node_name]
     if unbound:
         print(f"schedmesh explain: ignoring {len(unbound)} pod(s) in --cluster without spec.nodeName "

@@ -703,7 +703,8 @@ def describe_node(view, pod_views) -> str:
 # ------------------------------------------------------------------ delete
 def add_delete_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", nargs="?", choices=["pod", "pods", "po", "node", "nodes", "no", "priorityclass",
-                                               "priorityclasses", "pc", "pdb", "poddisruptionbudget"])
+                                               "priorityclasses", "pc", "runtimeclass", "runtimeclasses", "pdb",
+                                               "poddisruptionbudget"])
     p.add_argument("name", nargs="*")
     p.add_argument("-n", "--namespace", default="default")
     p.add_argument("-f", "--filename", action="append", metavar="FILE",
@@ -711,7 +712,7 @@ def add_delete_arguments(p: argparse.ArgumentParser) -> None:
 
 
 _KINDS = {"pods": "pod", "po": "pod", "nodes": "node", "no": "node", "priorityclasses": "priorityclass",
-          "pc": "priorityclass", "poddisruptionbudget": "pdb"}
+          "pc": "priorityclass", "runtimeclasses": "runtimeclass", "poddisruptionbudget": "pdb"}
 
 
 def manifest_objects(files: list[str]) -> list[tuple[str, str, str]]:
@@ -728,6 +729,7 @@ def manifest_objects(files: list[str]) -> list[tuple[str, str, str]]:
         out += [("pdb", p.namespace, p.name) for p in m.pdbs]
         out += [("node", "", n.name) for n in m.nodes]
         out += [("priorityclass", "", c.name) for c in m.priority_classes]
+        out += [("runtimeclass", "", c.name) for c in m.runtime_classes]
     return out
 
 
@@ -740,7 +742,7 @@ def run_delete(args: argparse.Namespace) -> int:
         targets = manifest_objects(args.filename)
     else:
         if not args.kind or not args.name:
-            raise MeshError("delete: give KIND NAME... (pod, node, priorityclass, pdb) or -f FILE")
+            raise MeshError("delete: give KIND NAME... (pod, node, priorityclass, runtimeclass, pdb) or -f FILE")
         kind = _KINDS.get(args.kind, args.kind)
         ns = args.namespace if kind in ("pod", "pdb") else ""
         targets = [(kind, ns, name) for name in args.name]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -195,11 +195,28 @@ class Handle:
 
     #: What the process a plugin runs in provides, by name: "binder" (a callable
     #: binder(pod, node_name)), "pdbs", "nominator", "extenders", "preemption_executor",
-    #: "spread_selector_sources", "preemption_all_candidates". The runtime sets its own dict.
+    #: "spread_selector_sources", "preemption_all_candidates", "waiting_pods" (the pods Permit
+    #: holds: schedmesh.framework.waiting_pods.WaitingPodsMap). The runtime sets its own dict.
     services: Mapping[str, Any] = MappingProxyType({})
 
     def snapshot(self) -> "Snapshot":  # pragma: no cover - implemented by the runtime
         raise NotImplementedError
+
+    # kube's Handle.GetWaitingPod / IterateOverWaitingPods / RejectWaitingPod, for Permit plugins
+    # that allow or reject the pods they hold (a WaitingPod has allow(plugin), reject(plugin, msg)).
+    def get_waiting_pod(self, uid: str) -> Any:
+        waiting = self.services.get("waiting_pods")
+        return waiting.get(uid) if waiting is not None else None
+
+    def iterate_over_waiting_pods(self, callback: Callable[[Any], None]) -> None:
+        waiting = self.services.get("waiting_pods")
+        if waiting is not None:
+            waiting.iterate(callback)
+
+    def reject_waiting_pod(self, uid: str) -> bool:
+        """Rejects the pod if it waits in Permit; returns whether it did."""
+        waiting = self.services.get("waiting_pods")
+        return waiting is not None and waiting.reject_waiting_pod(uid)
 
 
 class Plugin:

@@ -15,6 +15,7 @@ from schedmesh.framework.interface import (MAX_NODE_SCORE, MAX_TOTAL_SCORE, MIN_
                                            ScorePlugin, Status)
 from schedmesh.framework.profile import EXTENSION_POINTS, MULTI_POINT, Profile
 from schedmesh.framework.registry import Registry, default_registry
+from schedmesh.framework.waiting_pods import MAX_PERMIT_TIMEOUT_SECONDS, WaitingPod, WaitingPodsMap
 
 if TYPE_CHECKING:  # pragma: no cover
     from schedmesh.api.types import Pod
@@ -68,6 +69,8 @@ class Framework(Handle):
         self._snapshot_fn = snapshot_fn
         # Things plugins may need from the process they run in (binder client, extenders, ...).
         self.services: dict = dict(services or {})
+        # Pods held by Permit; build_frameworks gives a scheduler's profiles one map, as kube.
+        self.services.setdefault("waiting_pods", WaitingPodsMap())
         self.plugins: dict[str, Plugin] = {}
         self.points: dict[str, list[Plugin]] = {p: [] for p in EXTENSION_POINTS}
         self.score_weights: dict[str, int] = {}
@@ -378,19 +381,29 @@ class Framework(Handle):
         for p in reversed(self.points["reserve"]):
             p.unreserve(state, pod, node_name)
 
-    def run_permit(self, state: CycleState, pod: "Pod", node_name: str) -> tuple[Optional[Status], float]:
-        wait = 0.0
-        waiting = False
+    def run_permit(self, state: CycleState, pod: "Pod", node_name: str) -> Optional[Status]:
+        """kube's RunPermitPlugins: the first rejection or error ends it; when plugins asked to
+        wait (and none rejected), the pod joins the waiting pods (services["waiting_pods"]) with
+        each such plugin's timeout, at most 15 minutes, and the status is Wait."""
+        waits: dict[str, float] = {}
         for p in self.points["permit"]:
             st, timeout = p.permit(state, pod, node_name)
             if st is None or st.is_success():
                 continue
+            if st.is_rejected():
+                return st.with_plugin(p.name)
             if st.is_wait():
-                waiting = True
-                wait = max(wait, min(timeout, 15 * 60.0))
+                waits[p.name] = min(max(float(timeout), 0.0), MAX_PERMIT_TIMEOUT_SECONDS)
                 continue
-            return st.with_plugin(p.name), 0.0
-        return (Status(Code.WAIT, ("one or more plugins asked to wait",)), wait) if waiting else (None, 0.0)
+            return Status(Code.ERROR, (f'running Permit plugin "{p.name}": {st.message()}',), p.name, st.error)
+        if not waits:
+            return None
+        self.waiting_pods.add(WaitingPod(pod, waits, self.waiting_pods.timers))
+        return Status(Code.WAIT, (f'one or more plugins asked to wait and no plugin rejected pod "{pod.meta.name}"',))
+
+    @property
+    def waiting_pods(self) -> WaitingPodsMap:
+        return self.services["waiting_pods"]
 
     def run_pre_bind(self, state: CycleState, pod: "Pod", node_name: str) -> Optional[Status]:
         for p in self.points["preBind"]:
@@ -415,8 +428,9 @@ class Framework(Handle):
 def build_frameworks(profiles: Iterable[Profile], registry: Optional[Registry] = None) -> dict[str, Framework]:
     """One framework per profile, keyed by schedulerName."""
     out: dict[str, Framework] = {}
+    waiting = WaitingPodsMap()
     for prof in profiles:
         if prof.scheduler_name in out:
             raise ProfileError(f"duplicate profile with scheduler name {prof.scheduler_name!r}")
-        out[prof.scheduler_name] = Framework(prof, registry)
+        out[prof.scheduler_name] = Framework(prof, registry, services={"waiting_pods": waiting})
     return out

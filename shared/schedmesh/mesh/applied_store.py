@@ -2,7 +2,7 @@
 memory only): the queue-manager writes every object it publishes for Apply and every deletion
 of one here, and at its start publishes again what the broker no longer has. So a whole-mesh
 `down` then `up` (or a broker restart while the queue-manager is down) keeps the applied
-namespaces, priority classes, PDBs, nodes and pods. Kept: the objects as applied. Not kept:
+namespaces, priority and runtime classes, PDBs, nodes and pods. Kept: the objects as applied. Not kept:
 bindings and pod status (the kubelet agent that ran the pods is gone; the pods are scheduled
 again), events.
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from schedmesh.api import convert
-from schedmesh.api.types import Namespace, Node, Pod, PodDisruptionBudget, PriorityClass
+from schedmesh.api.types import Namespace, Node, Pod, PodDisruptionBudget, PriorityClass, RuntimeClass
 # Topic names live in the bus catalogue; re-exported here under the names the mesh uses.
 from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
                                   PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES,
@@ -49,6 +49,7 @@ class ClusterCache:
     snapshot: Snapshot = field(default_factory=Snapshot)
     pods: dict[str, Pod] = field(default_factory=dict)  # every known pod by uid (pending, bound, terminal)
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    runtime_classes: dict[str, RuntimeClass] = field(default_factory=dict)
     pdbs: dict[str, PodDisruptionBudget] = field(default_factory=dict)
     offsets: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> next offset to read
     lock: threading.RLock = field(default_factory=threading.RLock)
@@ -81,11 +82,14 @@ class ClusterCache:
                         self._apply_pod(self._decode_pod(rec.pod), rec.deleted)
             elif topic == TOPIC_PRIORITY_CLASSES:
                 rec = events_pb2.PriorityClassRecord.FromString(value)
-                pc = convert.priority_class_from_proto(rec.priority_class)
-                if rec.deleted:
-                    self.priority_classes.pop(pc.name, None)
+                if rec.HasField("runtime_class"):  # RuntimeClasses share the topic
+                    classes, cls = self.runtime_classes, convert.runtime_class_from_proto(rec.runtime_class)
                 else:
-                    self.priority_classes[pc.name] = pc
+                    classes, cls = self.priority_classes, convert.priority_class_from_proto(rec.priority_class)
+                if rec.deleted:
+                    classes.pop(cls.name, None)
+                else:
+                    classes[cls.name] = cls
             elif topic == TOPIC_PDBS:
                 rec = events_pb2.PodDisruptionBudgetRecord.FromString(value)
                 pdb = convert.pdb_from_proto(rec.pdb)

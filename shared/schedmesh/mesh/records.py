@@ -13,7 +13,7 @@ from typing import Iterable, Sequence, TypeVar
 from schedmesh.api import convert
 from schedmesh.api.load import Manifests
 from schedmesh.api.types import (Namespace, Node, NodeCondition, Pod, PodCondition, PodDisruptionBudget,
-                                 PriorityClass, Taint)
+                                 PriorityClass, RuntimeClass, Taint)
 from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
                                   PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES)
 from schedmesh.v1 import events_pb2
@@ -32,6 +32,15 @@ def pod_record(pod: Pod, deleted: bool = False, source: str = "") -> tuple[str, 
 def priority_class_record(pc: PriorityClass, deleted: bool = False) -> tuple[str, str, bytes]:
     return TOPIC_PRIORITY_CLASSES, pc.name, events_pb2.PriorityClassRecord(
         priority_class=convert.priority_class_to_proto(pc), deleted=deleted).SerializeToString()
+
+
+RUNTIME_CLASS_KEY_PREFIX = "runtimeclass/"
+
+
+def runtime_class_record(rc: RuntimeClass, deleted: bool = False) -> tuple[str, str, bytes]:
+    """A RuntimeClass rides on the priority classes' topic (see PriorityClassRecord.runtime_class)."""
+    return TOPIC_PRIORITY_CLASSES, RUNTIME_CLASS_KEY_PREFIX + rc.name, events_pb2.PriorityClassRecord(
+        runtime_class=convert.runtime_class_to_proto(rc), deleted=deleted).SerializeToString()
 
 
 def pdb_record(pdb: PodDisruptionBudget, deleted: bool = False) -> tuple[str, str, bytes]:
@@ -55,6 +64,7 @@ def manifest_records(m: Manifests, source: str = "") -> list[tuple[str, str, byt
     one batch record."""
     out = [namespace_record(n) for n in m.namespaces]
     out += [priority_class_record(c) for c in m.priority_classes]
+    out += [runtime_class_record(c) for c in m.runtime_classes]
     out += [pdb_record(p) for p in m.pdbs]
     out += [node_record(n, source=source) for n in m.nodes]
     if m.pods:

@@ -12,7 +12,8 @@ from typing import Optional
 import grpc
 
 from schedmesh.api import convert
-from schedmesh.api.load import ManifestError, Manifests, admit_all, api_server_name_warnings, load_text
+from schedmesh.api.load import AdmissionError, ManifestError, Manifests, admit_all, api_server_name_warnings, load_text
+from schedmesh.api.runtime_class import admit_runtime_class
 from schedmesh.api.types import Node, Pod
 from schedmesh.api.update import as_applied, merged_pod, pod_changed, pod_update_error
 from schedmesh.bus import EventProducer
@@ -44,6 +45,7 @@ class ApplyPlan:
     publish: Manifests = field(default_factory=Manifests)
     lines: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     stored_pods: list = field(default_factory=list)  # the published pods as applied (no binding, no status)
 
     def add(self, kind: str, name: str, obj, live, publish_to: list) -> None:
@@ -65,7 +67,9 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         """kubectl apply: each object is created, configured (changed) or unchanged. An existing
         pod keeps its binding and status; a change the API server forbids (most of a pod's spec)
         refuses the whole request, nothing applied. Names the API server would refuse are refused
-        with --strict-names, else accepted with a warning (recorded scenarios use such names)."""
+        with --strict-names, else accepted with a warning (recorded scenarios use such names); so
+        are pods naming a RuntimeClass that does not exist, with --strict-admission. Admission runs
+        as kube-apiserver's plugins run, in its order: Priority, DefaultTolerationSeconds, RuntimeClass."""
         qm = self.qm
         try:
             m = load_text(request.manifest, request.source or "<manifest>", strict_names=qm.cfg.strict_names)
@@ -77,10 +81,11 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                 p.tolerations = default_toleration_seconds(p.tolerations)
         except ManifestError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        plan = await self._plan(m)
+        plan = await self._plan(m)  # RuntimeClass admission there: it needs the pods' live copies
         if plan.errors:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                 "\n".join(plan.errors) + "\n(nothing was applied)")
+        warnings += plan.warnings
         now = time.time()
         for p in plan.publish.pods:
             if p.meta.creation_timestamp is None:
@@ -93,10 +98,12 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         # Cluster-scoped objects and nodes first, then the pods; within a group, concurrently.
         await _publish_concurrently(qm.producer, recs[:len(recs) - len(pod_recs)])
         with qm.cache.lock:
-            # Write-through: a pod applied right after its PriorityClass (in the next Apply)
-            # must find the class even before the record comes back from the broker.
+            # Write-through: a pod applied right after its PriorityClass or RuntimeClass (in the
+            # next Apply) must find the class even before the record comes back from the broker.
             for pc in plan.publish.priority_classes:
                 qm.cache.priority_classes[pc.name] = pc
+            for rc in plan.publish.runtime_classes:
+                qm.cache.runtime_classes[rc.name] = rc
         await _publish_concurrently(qm.producer, pod_recs)
         for n in plan.publish.nodes:
             qm.applied_nodes[n.name] = n
@@ -112,6 +119,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         with qm.cache.lock:
             live_ns = {n.name: n for n in qm.cache.namespaces()}
             live_pcs = dict(qm.cache.priority_classes)
+            live_rcs = dict(qm.cache.runtime_classes)
             live_pdbs = dict(qm.cache.pdbs)
             live_nodes = {ni.node.name: ni.node for ni in qm.cache.snapshot.node_info_list if ni.node is not None}
             live_pods: dict[tuple[str, str], Pod] = {}
@@ -128,6 +136,14 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                                    "may not be changed in an update.")
                 continue
             plan.add("priorityclass", pc.name, pc, live, plan.publish.priority_classes)
+        for rc in m.runtime_classes:
+            live = live_rcs.get(rc.name)
+            if live is not None and live.handler != rc.handler:
+                plan.errors.append(f'RuntimeClass.node.k8s.io "{rc.name}" is invalid: handler: Invalid value: '
+                                   f'"{rc.handler}": field is immutable')
+                continue
+            plan.add("runtimeclass.node.k8s.io", rc.name, rc, live, plan.publish.runtime_classes)
+        runtime_classes = {**live_rcs, **{rc.name: rc for rc in m.runtime_classes}}
         for pdb in m.pdbs:
             live = live_pdbs.get(f"{pdb.meta.namespace}/{pdb.meta.name}")
             if live is not None:  # the disruption controller's status stays
@@ -146,6 +162,12 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             live = live_pods.get((p.namespace, p.name))
             if live is not None and not live.node_name:
                 live = await self._settled(live)  # not while its binding is on its way
+            try:
+                plan.warnings += admit_runtime_class(p, runtime_classes, live=live,
+                                                     refuse_unknown=qm.cfg.strict_admission)
+            except AdmissionError as e:
+                plan.errors.append(str(e))
+                continue
             if live is None:
                 plan.publish.pods.append(p)
                 plan.stored_pods.append(p)
@@ -202,6 +224,15 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             await records.publish(qm.producer, [records.priority_class_record(pc, deleted=True)])
             await self._unstore([records.priority_class_record(pc, deleted=True)])
             return queue_pb2.DeleteResponse(result=f'priorityclass "{name}" deleted')
+        if kind in ("runtimeclass", "runtimeclasses"):
+            rc = qm.cache.runtime_classes.get(name)
+            if rc is None:
+                await context.abort(grpc.StatusCode.NOT_FOUND, f'runtimeclasses.node.k8s.io "{name}" not found')
+            await records.publish(qm.producer, [records.runtime_class_record(rc, deleted=True)])
+            await self._unstore([records.runtime_class_record(rc, deleted=True)])
+            with qm.cache.lock:  # pods applied next must not find it, even before the record is back
+                qm.cache.runtime_classes.pop(name, None)
+            return queue_pb2.DeleteResponse(result=f'runtimeclass.node.k8s.io "{name}" deleted')
         if kind in ("pdb", "pdbs", "poddisruptionbudget"):
             pdb = qm.cache.pdbs.get(f"{ns}/{name}")
             if pdb is None:
@@ -210,7 +241,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             await self._unstore([records.pdb_record(pdb, deleted=True)])
             return queue_pb2.DeleteResponse(result=f'poddisruptionbudget "{name}" deleted')
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"kind must be pod, node, priorityclass or pdb, not {request.kind!r}")
+                            f"kind must be pod, node, priorityclass, runtimeclass or pdb, not {request.kind!r}")
 
     async def _unstore(self, deletions: list) -> None:
         """A deleted object leaves the local store too (it must not come back at the next `up`)."""

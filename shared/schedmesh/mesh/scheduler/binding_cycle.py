@@ -1,6 +1,7 @@
-"""kube's binding cycle: PreBind, Bind (through the binder service, in batches: one BindBatch RPC
-for the bindings decided while the binder answered the previous one), PostBind; a refused
-binding is forgotten and its pod requeued. A binding whose outcome is unknown (the binder down,
+"""kube's binding cycle: the answer to a pod Permit held, PreBind, Bind (an interested extender's
+bind verb first, then always through the binder service, in batches: one BindBatch RPC for the
+bindings decided while the binder answered the previous one), PostBind; a refused binding is
+forgotten and its pod requeued. A binding whose outcome is unknown (the binder down,
 or its record unacknowledged by a dying broker) is sent again to the same node rather than
 forgotten: forgetting it would let the pod be scheduled, and re-published unbound, while the
 binding may already be in the log."""
@@ -9,12 +10,16 @@ from __future__ import annotations
 import logging
 import queue
 import time
+from dataclasses import replace
+from typing import Optional
 
 import grpc
 from opentelemetry import trace
 
 from schedmesh.api import convert
+from schedmesh.framework.events import EVENT_ASSIGNED_POD_DELETE
 from schedmesh.mesh.binder import PUBLISH_FAILED
+from schedmesh.scheduling.cycle import Diagnosis, FitError
 from schedmesh.telemetry import metrics
 from schedmesh.v1 import binder_pb2
 from schedmesh.mesh.scheduler.state import AssumedPod, PodNotes
@@ -29,6 +34,8 @@ _OUTCOME_UNKNOWN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEED
 
 class BindingCycle:
     """Methods of QueueManager (kube: schedule_one.go's binding cycle)."""
+
+    _extender_bind_pool = None  # a ThreadPoolExecutor when an extender has a bind verb
 
     def _binding_loop(self) -> None:
         """kube runs one binding goroutine per pod; here the bindings decided while the binder
@@ -53,11 +60,14 @@ class BindingCycle:
     def _bind_batch(self, batch: list[AssumedPod]) -> None:
         ready: list[AssumedPod] = []
         for a in batch:
+            if a.permit is not None and not self._permit_allowed(a):
+                continue
             st = a.fw.run_pre_bind(a.state, a.pod, a.node)
             if st is not None and not st.is_success():
                 self._binding_failed(a, f"PreBind: {st.message()}")
             else:
                 ready.append(a)
+        ready = self._extenders_binding(ready)
         if not ready:
             return
         metrics.observe_batch("bind", len(ready))
@@ -70,6 +80,74 @@ class BindingCycle:
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
             ready = self._still_assumed(unknown)
+
+    # ---- Permit's wait ----------------------------------------------------------------------
+    def _permit_allowed(self, a: AssumedPod) -> bool:
+        """The answer to a pod Permit held (kube's WaitOnPermit in bindingCycle): allowed, it
+        goes on to PreBind; rejected (by a plugin, a timeout or its deletion), it is
+        unschedulable on that node; anything else is an error."""
+        st = a.permit
+        result = (metrics.SCHEDULED if st.is_success() else
+                  metrics.UNSCHEDULABLE if st.is_rejected() else metrics.ERROR)
+        metrics.observe_attempt(result, a.pod.scheduler_name, max(0.0, time.perf_counter() - a.started))
+        if st.is_success():
+            return True
+        if st.is_rejected():
+            d = Diagnosis()
+            d.node_to_status.set(a.node, st)
+            d.unschedulable_plugins = {st.plugin}  # as kube, even "" (RejectWaitingPod)
+            self._binding_cycle_error(a, fit=FitError(a.pod, 1, d))
+        else:
+            self._binding_cycle_error(a, f"waiting on permit for pod: {st.message()}")
+        return False
+
+    # ---- extenders' bind verb ----------------------------------------------------------------
+    def _extenders_binding(self, ready: list[AssumedPod]) -> list[AssumedPod]:
+        """kube's extendersBinding: a pod that an extender with a bind verb is interested in is
+        bound by the first such extender instead of the bind plugins (an ignorable one that fails
+        is skipped). The binder stays the mesh's binding subresource, so after the extender
+        succeeded the binding is still committed through it; an extender's error fails the
+        binding. Returns the pods to send to the binder."""
+        binders = [e for e in self.cfg.extenders if e.is_binder()]
+        if not binders or not ready:
+            return ready
+        calls = [(a, [e for e in binders if e.is_interested(a.pod)]) for a in ready]
+        calls = [(a, exts) for a, exts in calls if exts]
+        if not calls:
+            return ready
+        if self._extender_bind_pool is not None and len(calls) > 1:
+            errors = list(self._extender_bind_pool.map(lambda c: self._extender_bind(*c), calls))
+        else:
+            errors = [self._extender_bind(a, exts) for a, exts in calls]
+        failed = {a.pod.uid: err for (a, _), err in zip(calls, errors) if err is not None}
+        out = []
+        for a in ready:
+            err = failed.get(a.pod.uid)
+            if err is None:
+                out.append(a)
+            else:
+                log.warning("extender bind of %s to %s failed: %s", a.pod.key, a.node, err)
+                self._binding_cycle_error(a, err)
+        return out
+
+    def _extender_bind(self, a: AssumedPod, extenders: list) -> Optional[str]:
+        """The first interested extender binds; returns its error (None: bound, or every one
+        failed and was ignorable, leaving the binding to the binder as to kube's bind plugins)."""
+        ctx = trace.set_span_in_context(a.span) if a.span is not None else None
+        for ext in extenders:
+            with tracer.start_as_current_span("extender_bind", context=ctx,
+                                              attributes={"extender": ext.name, "node": a.node}) as span:
+                try:
+                    ext.bind(a.pod, a.node)
+                except Exception as e:  # noqa: BLE001 - transport, HTTP status or the extender's Error
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, str(e)))
+                    if ext.is_ignorable():
+                        log.info("skipping extender %s in bind of %s: it failed (%s) and is ignorable",
+                                 ext.name, a.pod.key, e)
+                        continue
+                    return str(e)
+            return None
+        return None
 
     def _send_bindings(self, ready: list[AssumedPod], retry: bool) -> list[AssumedPod]:
         """One BindBatch; returns the bindings whose outcome is unknown (to send again, same
@@ -125,24 +203,40 @@ class BindingCycle:
             a.span.end()
 
     def _binding_failed(self, a: AssumedPod, reason: str) -> None:
+        log.warning("binding %s to %s refused: %s", a.pod.key, a.node, reason)
+        self._binding_cycle_error(a, f"Binding rejected: {reason}")
+
+    def _binding_cycle_error(self, a: AssumedPod, message: str = "", fit: Optional[FitError] = None) -> None:
+        """kube's handleBindingCycleError: Unreserve, forget the assumed pod (an assigned pod's
+        deletion for the queue), then the pod back to the queue: unschedulable with the FitError's
+        message when `fit` (Permit rejected it), otherwise with backoff and `message`."""
         pod, node = a.pod, a.node
-        log.warning("binding %s to %s refused: %s", pod.key, node, reason)
-        if a.span is not None:
-            a.span.set_status(trace.Status(trace.StatusCode.ERROR, reason))
-            a.span.end()
+        span = a.span if a.span is not None else trace.INVALID_SPAN
+        span.set_status(trace.Status(trace.StatusCode.ERROR, fit.message() if fit is not None else message))
         with self.cache.lock:
             try:
                 a.fw.run_unreserve(a.state, pod, node)
             except Exception:
                 log.exception("Unreserve failed for %s", pod.key)
         self._forget(a)
-        self._requeue_error(a.qpi, a.cycle)
-        msg = f"Binding rejected: {reason}"
-        with self._notes_lock:
-            n = self.notes.setdefault(pod.uid, PodNotes())
-            n.message, n.trace_id = msg, a.trace_id
+        freed = replace(pod, node_name=node)
         try:
-            self._publish_sync([self._event_record(pod, "Warning", "FailedScheduling", msg, a.trace_id)])
-        except Exception:
-            log.exception("cannot publish binding failure for %s", pod.key)
-
+            if fit is not None:
+                self._unschedulable(a.qpi, a.cycle, fit, a.trace_id, span)
+                # After the requeue, and not for the pod itself: it stays unschedulable.
+                with self.cache.lock:
+                    self.queue.move_all_to_active_or_backoff_queue(EVENT_ASSIGNED_POD_DELETE, freed, None,
+                                                                   lambda p: p.uid != pod.uid)
+                return
+            with self.cache.lock:
+                self.queue.move_all_to_active_or_backoff_queue(EVENT_ASSIGNED_POD_DELETE, freed, None)
+            self._requeue_error(a.qpi, a.cycle)
+            with self._notes_lock:
+                n = self.notes.setdefault(pod.uid, PodNotes())
+                n.message, n.trace_id = message, a.trace_id
+            try:
+                self._publish_sync([self._event_record(pod, "Warning", "FailedScheduling", message, a.trace_id)])
+            except Exception:
+                log.exception("cannot publish binding failure for %s", pod.key)
+        finally:
+            span.end()

@@ -85,6 +85,10 @@ class EventHandlers:
                 self.queue.move_all_to_active_or_backoff_queue(EVENT_ASSIGNED_POD_DELETE, old, None)
             elif self._mine(old):
                 self.queue.delete(old)
+                # kube's deletePodFromSchedulingQueue: a pod held by Permit is rejected ("removed"),
+                # and the room it was assumed to take frees pods as an assigned pod's deletion.
+                if self.waiting_pods.reject_waiting_pod(old.uid):
+                    self.queue.move_all_to_active_or_backoff_queue(EVENT_ASSIGNED_POD_DELETE, old, None)
             return
         if new_bound:
             if old is None or not old_bound:

@@ -1,6 +1,7 @@
 """kube's scheduleOne: pop a pod, run the scheduling cycle (Filter and Score in this process or
 fanned out to the node shards), assume it on the chosen node, Reserve and Permit, then hand it
-to the binding cycle (schedmesh.mesh.scheduler.binding_cycle)."""
+to the binding cycle (schedmesh.mesh.scheduler.binding_cycle), at once or, when Permit holds it,
+once its waiting plugins allowed it."""
 from __future__ import annotations
 
 import logging
@@ -13,14 +14,14 @@ from opentelemetry import trace
 
 from schedmesh.queue.backoff_queue import backoff_duration_ns
 from schedmesh.api.types import Pod, PodCondition
-from schedmesh.framework.interface import Code, CycleState, PluginError
+from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.mesh import records
 from schedmesh.mesh.fanout import FanOutEvaluator
 from schedmesh.mesh.preemption_service import preempt_request
 from schedmesh.queue.nominator import NominatingInfo
 from schedmesh.queue.queued_pod_info import QueuedPodInfo
 from schedmesh.queue.scheduling_queue import QueueError
-from schedmesh.scheduling.cycle import FitError, NoNodesAvailableError, run_post_filter
+from schedmesh.scheduling.cycle import Diagnosis, FitError, NoNodesAvailableError, run_post_filter
 from schedmesh.telemetry import inject_grpc_metadata, metrics
 from schedmesh.mesh.scheduler.state import AssumedPod, PodNotes, trace_id_of
 
@@ -59,6 +60,14 @@ class TracedEvaluator(FanOutEvaluator):
         finally:
             self.score_seconds += time.perf_counter() - t0
 
+
+
+def _node_fit_error(pod: Pod, node: str, st: Status) -> FitError:
+    """kube's FitError for a rejection by Reserve or Permit on the chosen node: one node, its status."""
+    d = Diagnosis()
+    d.node_to_status.set(node, st)
+    d.add_plugin_status(st)
+    return FitError(pod, 1, d)
 
 
 class ScheduleOne:
@@ -106,7 +115,9 @@ class ScheduleOne:
             self._requeue_error(qpi, self.queue.scheduling_cycle())
 
     def schedule_one(self, qpi: QueuedPodInfo) -> str:
-        """One attempt; returns its result as kube's metrics label it ("" when skipped)."""
+        """One attempt; returns its result as kube's metrics label it ("" when skipped, or when
+        Permit holds the pod: the binding cycle counts it when the wait ends)."""
+        started = time.perf_counter()
         pod = qpi.pod
         self.attempts += 1
         cycle = self.queue.scheduling_cycle()
@@ -130,6 +141,8 @@ class ScheduleOne:
                 state = CycleState()
                 fit_err: Optional[FitError] = None
                 preempt_req = None
+                refused: Optional[Status] = None  # by Reserve or Permit
+                waiting = False
                 with self.cache.lock:
                     try:
                         with tracer.start_as_current_span("cycle"):
@@ -149,21 +162,26 @@ class ScheduleOne:
                         # Assume (kube's assume also drops the pod's nomination).
                         self.cache.snapshot.add_pod(pod, host)
                         self.queue.delete_nominated_pod_if_exists(pod)
-                        a = AssumedPod(pod, host, fw, state, qpi, cycle, root, trace_id)
+                        a = AssumedPod(pod, host, fw, state, qpi, cycle, root, trace_id, started=started)
                         with self._assumed_lock:
                             self.assumed[pod.uid] = a
                         st = fw.run_reserve(state, pod, host)
                         if st is None or st.is_success():
-                            st, _wait = fw.run_permit(state, pod, host)
-                            if st is not None and st.is_wait():
-                                st = None  # no waiting-pods machinery here: treat as allowed
-                        if st is not None and not st.is_success():
+                            st = fw.run_permit(state, pod, host)
+                            waiting = st is not None and st.is_wait()
+                        if st is not None and not st.is_success() and not waiting:
                             fw.run_unreserve(state, pod, host)
                             self._forget(a)
                             root.set_attribute("error", st.message())
-                            qpi.unschedulable_plugins = {st.plugin} if st.is_rejected() and st.plugin else set()
-                            self._requeue(qpi, cycle)
-                            return metrics.UNSCHEDULABLE if st.is_rejected() else metrics.ERROR
+                            refused = st
+                if refused is not None:
+                    if refused.is_rejected():
+                        # kube: a FitError on the chosen node, handled as any unschedulable pod.
+                        self._unschedulable(qpi, cycle, _node_fit_error(pod, host, refused), trace_id, root)
+                        return metrics.UNSCHEDULABLE
+                    qpi.unschedulable_plugins = set()
+                    self._requeue(qpi, cycle)
+                    return metrics.ERROR
                 if fit_err is not None:
                     if preempt_req is not None:
                         # The loop goes on; the answer requeues the pod (it stays in flight meanwhile).
@@ -173,8 +191,14 @@ class ScheduleOne:
                     return metrics.UNSCHEDULABLE
                 root.set_attribute("node", host)
                 a.traceparent = dict(inject_grpc_metadata(context=ctx)).get("traceparent", "")
-                self._bind_queue.put(a)
                 handed_off = True
+                if waiting:
+                    # Held aside, still assumed: the binding cycle gets it once answered, and its
+                    # attempt is counted then (kube waits in the pod's own binding goroutine).
+                    root.set_attribute("permit_wait", True)
+                    self._hold_waiting(a)
+                    return ""
+                self._bind_queue.put(a)
                 return metrics.SCHEDULED
         except (PluginError, NoNodesAvailableError) as e:
             msg = str(e)
@@ -189,6 +213,22 @@ class ScheduleOne:
         finally:
             if not handed_off:
                 root.end()
+
+    def _hold_waiting(self, a: AssumedPod) -> None:
+        """A pod Permit holds: once it is allowed, rejected or timed out (from whichever thread
+        answers: a plugin's, a timer's, a deletion's), it leaves the waiting pods and goes to
+        the binding cycle with its answer."""
+        wp = self.waiting_pods.get(a.pod.uid)
+        if wp is None:  # cannot happen: run_permit added it under this same cycle
+            a.permit = Status(Code.ERROR, ("the pod waiting on permit is gone",))
+            self._bind_queue.put(a)
+            return
+
+        def answered(st: Status) -> None:
+            self.waiting_pods.remove(a.pod.uid)
+            a.permit = st
+            self._bind_queue.put(a)
+        wp.when_done(answered)
 
     def _forget(self, a: AssumedPod) -> None:
         with self.cache.lock:

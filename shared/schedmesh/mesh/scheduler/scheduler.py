@@ -8,6 +8,8 @@ Threads and locks:
     the loop);
   * the scheduling loop (`_schedule_loop`) is one thread, like kube's scheduleOne goroutine:
     pop, cycle under `cache.lock`, assume, Reserve/Permit, hand off to the binding pool;
+  * a pod Permit holds (Wait) stays assumed in the waiting-pods map, out of both threads, until
+    its plugins allow it (then it joins the binding queue) or it is rejected or times out;
   * the binding cycle is one more thread: it sends the bindings decided meanwhile to the
     binder in one batch (BindBatch) and never blocks the next pod.
 Lock order: cache.lock before the queue's lock (the cache listener calls the queue under
@@ -29,6 +31,7 @@ from schedmesh.api.types import Node, Pod
 from schedmesh.bus import EventConsumer, EventProducer
 from schedmesh.framework.runtime import Framework, build_frameworks
 from schedmesh.framework.profile import DEFAULT_SCHEDULER_NAME
+from schedmesh.framework.waiting_pods import WaitingPodsMap
 from schedmesh.mesh import records
 from schedmesh.mesh.cluster_cache import (TOPIC_EVENTS, TOPIC_NAMESPACES, TOPIC_NODES, TOPIC_PDBS, TOPIC_PODS,
                                           TOPIC_PRIORITY_CLASSES, ClusterCache)
@@ -67,14 +70,23 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
             on_incoming=lambda queue_name, event, _pod: metrics.observe_incoming_pod(queue_name, event))
         # Preemptors waiting for their victims to go (DefaultPreemption's PreEnqueue asks it).
         self.preemptions = PreemptionsInFlight(self.cache.pods)
+        # Pods held by Permit, one map for every profile (kube's waitingPods).
+        self.waiting_pods = WaitingPodsMap()
         for fw in self.frameworks.values():
             fw.set_snapshot_source(lambda: self.cache.snapshot)
             fw.services["nominator"] = self.queue
             fw.services[PREEMPTION_EXECUTOR] = self.preemptions
+            fw.services["waiting_pods"] = self.waiting_pods
+            # PostFilter computed here (for its message) asks the extenders too, as explain does.
+            fw.services["extenders"] = list(cfg.extenders)
             trace_method(fw, "run_pre_filter", "prefilter")
         self.evaluator = TracedEvaluator(cfg.filter_workers, cfg.score_workers, self._view, timeout=cfg.shard_timeout)
         kw = {} if cfg.percentage_of_nodes_to_score is None else {"percentage_of_nodes_to_score": cfg.percentage_of_nodes_to_score}
-        self.algo = SchedulingAlgorithm(tie_break=cfg.tie_break, evaluator=self.evaluator, **kw)
+        # Extenders filter and prioritize in this process, after the shards (as in explain).
+        self.algo = SchedulingAlgorithm(tie_break=cfg.tie_break, evaluator=self.evaluator, extenders=cfg.extenders, **kw)
+        # The extenders' bind calls of a batch run side by side, not one after the other.
+        self._extender_bind_pool = (concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="extender-bind")
+                                    if any(e.is_binder() for e in cfg.extenders) else None)
         self.assumed: dict[str, AssumedPod] = {}  # uid -> pods assumed, not yet seen bound
         self._assumed_lock = threading.Lock()
         self._cycle_gate = threading.Lock()  # held by each attempt, and by a re-publication
@@ -152,6 +164,8 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self.evaluator.close()
         self._binder_channel.close()
         self._preemption_pool.shutdown(wait=False, cancel_futures=True)
+        if self._extender_bind_pool is not None:
+            self._extender_bind_pool.shutdown(wait=False, cancel_futures=True)
         if self._preemption_channel is not None:
             self._preemption_channel.close()
         for c in (self.follower, self.events_consumer):
@@ -210,6 +224,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
             with self.cache.lock:
                 recs = [records.namespace_record(ns) for ns in self.cache.namespaces()]
                 recs += [records.priority_class_record(pc) for pc in self.cache.priority_classes.values()]
+                recs += [records.runtime_class_record(rc) for rc in self.cache.runtime_classes.values()]
                 recs += [records.pdb_record(p) for p in self.cache.pdbs.values()]
                 for name, node in self.applied_nodes.items():
                     ni = self.cache.snapshot.get(name)
@@ -242,7 +257,9 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
             return
         stored = await asyncio.to_thread(self.store.records)
         with self.cache.lock:
-            known = {TOPIC_PODS: set(self.cache.pods), TOPIC_PRIORITY_CLASSES: set(self.cache.priority_classes),
+            known = {TOPIC_PODS: set(self.cache.pods),
+                     TOPIC_PRIORITY_CLASSES: set(self.cache.priority_classes) | {
+                         records.RUNTIME_CLASS_KEY_PREFIX + n for n in self.cache.runtime_classes},
                      TOPIC_PDBS: set(self.cache.pdbs), TOPIC_NAMESPACES: set(self.cache.snapshot.namespace_labels),
                      TOPIC_NODES: {ni.node.name for ni in self.cache.snapshot.node_info_list if ni.node is not None}}
         missing = [(t, k, v) for t, k, v in stored if k not in known.get(t, ())]

@@ -7,7 +7,7 @@ from typing import Any, Optional, Sequence
 
 
 from schedmesh.api.types import Pod
-from schedmesh.framework.interface import CycleState
+from schedmesh.framework.interface import CycleState, Status
 from schedmesh.framework.runtime import Framework
 from schedmesh.queue.queued_pod_info import QueuedPodInfo
 
@@ -39,16 +39,23 @@ class QueueManagerConfig:
     # Refuse names a Kubernetes API server refuses (e.g. "p0-fields_missing"); off by default so
     # that recorded scenarios apply unchanged: such names are accepted with a warning.
     strict_names: bool = False
+    # Refuse pods naming a RuntimeClass that does not exist, as kube-apiserver does; off by default
+    # for the same reason: recorded pods carry a runtimeClassName (and its overhead) but no class.
+    strict_admission: bool = False
+    # HTTP extenders of the KubeSchedulerConfiguration (schedmesh.framework.extender.HTTPExtender),
+    # in kube's order: their filter and prioritize verbs in the cycle, their bind verb in binding.
+    extenders: list = field(default_factory=list)
 
     def use_scheduler_config(self, path: str) -> None:
-        """Take profiles, percentageOfNodesToScore and backoffs from a KubeSchedulerConfiguration
-        file (the one loader every service and explain use)."""
+        """Take profiles, percentageOfNodesToScore, backoffs and extenders from a
+        KubeSchedulerConfiguration file (the one loader every service and explain use)."""
         from schedmesh.framework.config import load_scheduler_config
         sc = load_scheduler_config(path)
         self.profiles = sc.profiles
         self.percentage_of_nodes_to_score = sc.percentage_of_nodes_to_score
         self.pod_initial_backoff_seconds = float(sc.pod_initial_backoff_seconds)
         self.pod_max_backoff_seconds = float(sc.pod_max_backoff_seconds)
+        self.extenders = sc.build_extenders()
 
 
 def trace_id_of(span) -> str:
@@ -67,6 +74,11 @@ class AssumedPod:
     span: Any = None
     trace_id: str = ""
     traceparent: str = ""
+    # When the attempt began (time.perf_counter()): a pod held by Permit has its attempt counted
+    # when the wait ends, as kube counts it at the end of the binding cycle.
+    started: float = 0.0
+    # Set when a pod held by Permit was answered: Success (allowed) or why it was rejected.
+    permit: Optional[Status] = None
 
 
 @dataclass

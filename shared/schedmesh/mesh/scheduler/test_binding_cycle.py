@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from schedmesh.api.types import ObjectMeta, Pod
+from schedmesh.framework.events import EVENT_ASSIGNED_POD_DELETE
 from schedmesh.mesh.binder import PUBLISH_FAILED
 from schedmesh.mesh.scheduler.binding_cycle import BindingCycle
 from schedmesh.mesh.scheduler.state import AssumedPod, QueueManagerConfig
@@ -60,8 +61,11 @@ class Cycle(BindingCycle):
         self._assumed_lock, self._notes_lock = threading.Lock(), threading.Lock()
         self.assumed, self.notes = {}, {}
         self.cache = SimpleNamespace(lock=threading.RLock(), pods={})
-        self.done, self.forgotten, self.requeued, self.events = [], [], [], []
-        self.queue = SimpleNamespace(done=self.done.append)
+        self.done, self.forgotten, self.requeued, self.events, self.moved = [], [], [], [], []
+        self.queue = SimpleNamespace(
+            done=self.done.append,
+            move_all_to_active_or_backoff_queue=lambda ev, old, new, pre_check=None: self.moved.append(
+                (ev, old.name, old.node_name)))
 
     def _forget(self, a):
         self.forgotten.append(a.pod.name)
@@ -99,6 +103,8 @@ def test_a_refusal_is_forgotten_and_requeued_at_once() -> None:
     c._bind_batch([c.assume("a", "node-1")])
     assert len(binder.calls) == 1 and c.forgotten == ["a"] and c.requeued == ["a"]
     assert c.events == [("FailedScheduling", "Binding rejected: pod default/a is already bound to node-9")]
+    # kube's handleBindingCycleError: the forgotten pod's room frees others, as its deletion would
+    assert c.moved == [(EVENT_ASSIGNED_POD_DELETE, "a", "node-1")]
 
 
 def test_unknown_outcome_past_the_retry_time_is_refused() -> None:
