@@ -151,7 +151,19 @@ def bind_one(base: Path, name: str, timeout: float = 60) -> str:
             except grpc.RpcError:
                 pass
             time.sleep(0.3)
-    raise AssertionError(f"pod {name} not bound within {timeout:.0f}s")
+    raise AssertionError(f"pod {name} not bound within {timeout:.0f}s\n{log_tails(base)}")
+
+
+def log_tails(base: Path, lines: int = 40) -> str:
+    """The end of each service's log, for a failure that only shows on a loaded CI machine."""
+    out = []
+    for p in state(base)["procs"]:
+        try:
+            tail = Path(p["log"]).read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            continue
+        out.append(f"--- {p['name']} ({p['log']})\n" + "\n".join(tail))
+    return "\n".join(out)
 
 
 @pytest.fixture(scope="module")
