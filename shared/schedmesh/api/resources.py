@@ -203,3 +203,28 @@ def compute_pod_resource(pod: Pod) -> PodResource:
         non0_cpu=milli_value(non0.get(CPU, Fraction(0))),
         non0_mem=value(non0.get(MEMORY, Fraction(0))),
     )
+
+
+# Pods of a workload mostly share a few request shapes, and every cache of the mesh (each service
+# keeps one) computes each bound pod's resources: keyed by everything pod_requests reads.
+_RESOURCE_MEMO: dict[tuple, PodResource] = {}
+_RESOURCE_MEMO_MAX = 4096
+
+
+def _resource_key(pod: Pod) -> tuple:
+    return (tuple(tuple(c.requests.items()) for c in pod.containers),
+            tuple((c.restart_policy, tuple(c.requests.items())) for c in pod.init_containers),
+            tuple(pod.resource_requests.items()) if pod.resource_requests else (),
+            tuple(pod.overhead.items()) if pod.overhead else ())
+
+
+def pod_resource(pod: Pod) -> PodResource:
+    """compute_pod_resource, remembered per request shape (PodResource is never modified)."""
+    key = _resource_key(pod)
+    got = _RESOURCE_MEMO.get(key)
+    if got is None:
+        if len(_RESOURCE_MEMO) >= _RESOURCE_MEMO_MAX:
+            _RESOURCE_MEMO.clear()
+        got = _RESOURCE_MEMO[key] = compute_pod_resource(pod)
+    return got
+

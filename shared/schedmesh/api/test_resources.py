@@ -1,7 +1,7 @@
 import pytest
 
 from schedmesh.api.load import load_text
-from schedmesh.api.resources import compute_pod_resource, is_scalar_resource_name
+from schedmesh.api.resources import compute_pod_resource, is_scalar_resource_name, pod_resource
 
 
 def pod(spec: str):
@@ -34,6 +34,10 @@ def pod(spec: str):
 def test_pod_requests(spec, cpu, mem, non0_cpu, non0_mem):
     r = compute_pod_resource(pod(spec))
     assert (r.requests.milli_cpu, r.requests.memory, r.non0_cpu, r.non0_mem) == (cpu, mem, non0_cpu, non0_mem)
+    # remembered per request shape: the other shapes of this table, seen before, never answer for it
+    for _ in range(2):
+        r = pod_resource(pod(spec))
+        assert (r.requests.milli_cpu, r.requests.memory, r.non0_cpu, r.non0_mem) == (cpu, mem, non0_cpu, non0_mem)
 
 
 @pytest.mark.parametrize("name, scalar", [

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from schedmesh.api.labels import LabelSelector
-from schedmesh.api.resources import PodResource, Resource, compute_pod_resource
+from schedmesh.api.resources import PodResource, Resource, pod_resource
 from schedmesh.api.types import Node, Pod, PodAffinityTerm
 
 DEFAULT_BIND_ALL_HOST_IP = "0.0.0.0"
@@ -64,7 +64,7 @@ class PodInfo:
     @property
     def resource(self) -> PodResource:
         if self._resource is None:
-            self._resource = compute_pod_resource(self.pod)
+            self._resource = pod_resource(self.pod)
         return self._resource
 
     def __repr__(self) -> str:

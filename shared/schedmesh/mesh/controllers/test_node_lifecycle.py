@@ -3,6 +3,8 @@ Ready=Unknown and the unreachable taints after the grace period, back to Ready w
 resume, TaintNodesByCondition, users' taints left alone, nodes without an agent left alone."""
 from __future__ import annotations
 
+import dataclasses
+
 from schedmesh.api.types import NO_EXECUTE, NO_SCHEDULE, NodeCondition, Taint
 from schedmesh.eviction.testkit import T0, node
 from schedmesh.mesh.controllers.node_lifecycle import NodeLifecycleController
@@ -82,3 +84,69 @@ def test_nodes_without_an_agent_are_left_as_applied():
     nlc.on_lease(lease(["n1"], T0 + 100), now=T0 + 100)
     assert nlc.sync(T0 + 100) == []  # "applied" is Ready=False but no agent speaks for it
     assert fed.cache.snapshot.get("applied").node.taints == []
+
+
+def lease_posting(names, renew: float, status: str):
+    """A heartbeat batch whose nodes post Ready=`status` (a kubelet that reports itself not ready)."""
+    r = lease(names, renew)
+    msg = events_pb2.NodeRecord.FromString(r.value)
+    for item in msg.batch:
+        for c in item.node.conditions:
+            if c.type == "Ready":
+                c.status = status
+    return dataclasses.replace(r, value=msg.SerializeToString())
+
+
+class FullPass(NodeLifecycleController):
+    """The controller as it was: every monitored node examined on every sync."""
+
+    def _to_examine(self, now: float) -> set[str]:
+        super()._to_examine(now)
+        return set(self.probe)
+
+
+def test_examining_only_changed_nodes_decides_as_a_full_pass():
+    """Random heartbeats, silences, pressure conditions and node edits over time: the incremental
+    controller publishes what examining every node every period publishes, sync by sync."""
+    import random
+    rng = random.Random(7)
+    names = [f"n{i}" for i in range(12)]
+    runs = []
+    for cls in (NodeLifecycleController, FullPass):
+        fed = FedCache()
+        fed.add(*(node(n, conditions=[ready("True", T0)]) for n in names))
+        runs.append((fed, cls(fed.cache, grace_period=4.0, startup_grace_period=9.0, source="cm")))
+    now = T0
+    for step in range(400):
+        now += rng.choice((0.1, 0.5, 0.5, 1.0, 3.0))
+        beating = [n for n in names if rng.random() < (0.9 if step % 60 < 30 else 0.2)]
+        pressured = rng.sample(names, 2)
+        got = []
+        not_ready = set(rng.sample(names, 3)) if step % 40 < 10 else set()
+        for fed, nlc in runs:
+            nlc.on_lease(lease([n for n in beating if n not in not_ready], now), now=now)
+            nlc.on_lease(lease_posting([n for n in beating if n in not_ready], now, "False"), now=now)
+            if step % 7 == 0:
+                fed.apply([node_update(n, conditions=[NodeCondition("MemoryPressure", "True")]) for n in pressured])
+            if step % 11 == 0:
+                fed.apply([node_update(n, conditions=[NodeCondition("MemoryPressure", "False")]) for n in names])
+            recs = nlc.sync(now)
+            if step % 5:  # sometimes the edits come back before the next sync, sometimes later
+                fed.apply(recs)
+            got.append(sorted(events_pb2.NodeRecord.FromString(r[2]).SerializeToString() for r in recs))
+        assert got[0] == got[1], f"step {step}"
+
+
+def test_a_quiet_sync_examines_no_node():
+    fed, nlc = setup(grace=50)
+    nlc.sync(T0 + 1)
+    examined = []
+    nlc.desired = lambda n, now: examined.append(n.name) or ([], [], [])
+    nlc.sync(T0 + 2)
+    assert examined == []
+    nlc.on_lease(lease(["n1"], T0 + 3), now=T0 + 3)  # a heartbeat that changes nothing
+    nlc.sync(T0 + 3)
+    assert examined == []
+    nlc.on_lease(lease_posting(["n1"], T0 + 4, "False"), now=T0 + 4)  # the agent posts Ready=False
+    nlc.sync(T0 + 4)
+    assert examined == ["n1"]
