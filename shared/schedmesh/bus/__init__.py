@@ -10,7 +10,7 @@
 Values are bytes: protobuf encoding/decoding is the caller's job.
 """
 
-from schedmesh.bus.consumer import EventConsumer
+from schedmesh.bus.consumer import EventConsumer, watcher_fetch_max_wait_ms
 from schedmesh.bus.producer import EventProducer
 from schedmesh.bus.records import Record, Sent
 from schedmesh.bus.topics import (
@@ -30,6 +30,7 @@ from schedmesh.bus.topics import (
 from schedmesh.bus.watch import BrokerState, BrokerWatch, BusError, RestartCallback
 
 __all__ = [
+    "watcher_fetch_max_wait_ms",
     "ALL_TOPICS",
     "EVENTS",
     "LEASES",

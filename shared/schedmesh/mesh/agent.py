@@ -56,7 +56,7 @@ from opentelemetry.context import Context
 from schedmesh.api import convert
 from schedmesh.api.quantity import QuantityError, parse_quantity
 from schedmesh.api.types import Node, ObjectMeta, Pod, PodCondition
-from schedmesh.bus import EventConsumer, EventProducer, Record
+from schedmesh.bus import EventConsumer, EventProducer, Record, watcher_fetch_max_wait_ms
 from schedmesh.cache.node_info import NodeInfo
 from schedmesh.eviction import admission
 from schedmesh.eviction.node_pressure import (POD_CLEANUP_TIMEOUT, EvictionConfig, EvictionManager, NodeCapacity,
@@ -328,7 +328,7 @@ class KubeletAgent:
         self._restart_lock = asyncio.Lock()
         self.producer = EventProducer(bootstrap, topics=AGENT_TOPICS, client_id=name, on_restart=self._bus_restarted)
         self.consumer = EventConsumer(bootstrap, [TOPIC_NODES, TOPIC_PODS], client_id=name,
-                                      on_restart=self._bus_restarted)
+                                      on_restart=self._bus_restarted, fetch_max_wait_ms=watcher_fetch_max_wait_ms())
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self, timeout: float = 60.0) -> None:

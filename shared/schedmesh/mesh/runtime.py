@@ -152,11 +152,16 @@ class CacheFollower:
     def __init__(self, bootstrap: str, cache: ClusterCache, client_id: str,
                  topics: Iterable[str] = STATE_TOPICS,
                  on_record: Optional[Callable[[Record], None]] = None,
-                 on_restart: Optional[Callable[[], Awaitable]] = None) -> None:
+                 on_restart: Optional[Callable[[], Awaitable]] = None,
+                 fetch_max_wait_ms: Optional[int] = None) -> None:
+        """`fetch_max_wait_ms`: the bus's default (the scheduling path's) unless given, e.g.
+        bus.watcher_fetch_max_wait_ms() for a cache off the scheduling path."""
         self.cache = cache
         self.on_record = on_record
         self._user_restart = on_restart
-        self.consumer = EventConsumer(bootstrap, list(topics), client_id=client_id, on_restart=self._restarted)
+        wait = {} if fetch_max_wait_ms is None else {"fetch_max_wait_ms": fetch_max_wait_ms}
+        self.consumer = EventConsumer(bootstrap, list(topics), client_id=client_id, on_restart=self._restarted,
+                                      **wait)
         self._lag = metrics.ConsumerLagSampler(client_id)
 
     async def _restarted(self) -> None:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from schedmesh.bus import EventProducer, Record
+from schedmesh.bus import EventProducer, Record, watcher_fetch_max_wait_ms
 from schedmesh.bus.topics import EVENTS, LEASES, STATE_TOPICS
 from schedmesh.eviction.node_lifecycle import DEFAULT_NODE_MONITOR_GRACE_PERIOD, DEFAULT_NODE_STARTUP_GRACE_PERIOD
 from schedmesh.mesh.cluster_cache import ClusterCache
@@ -56,7 +56,7 @@ class ControllerManager:
         self.taint_eviction = TaintEvictionController(self.cache, cfg.name, monitored=self.node_lifecycle.monitors)
         self.producer = EventProducer(bootstrap, topics=(*STATE_TOPICS, LEASES, EVENTS), client_id=cfg.name)
         self.follower = CacheFollower(bootstrap, self.cache, client_id=cfg.name, topics=(*STATE_TOPICS, LEASES),
-                                      on_record=self._on_record)
+                                      on_record=self._on_record, fetch_max_wait_ms=watcher_fetch_max_wait_ms())
         self.policy = PolicyServicer(self.cache, self.disruption, self.publish, self.lock, cfg.name, clock)
 
     def _on_record(self, r: Record) -> None:

@@ -28,7 +28,7 @@ from opentelemetry import trace
 
 from schedmesh.api import convert
 from schedmesh.api.types import Node, Pod
-from schedmesh.bus import EventConsumer, EventProducer
+from schedmesh.bus import EventConsumer, EventProducer, watcher_fetch_max_wait_ms
 from schedmesh.framework.runtime import Framework, build_frameworks
 from schedmesh.framework.profile import DEFAULT_SCHEDULER_NAME
 from schedmesh.framework.waiting_pods import WaitingPodsMap
@@ -128,7 +128,8 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         await self.producer.start(timeout)
         self.follower = CacheFollower(self.bootstrap, self.cache, client_id=self.cfg.client_id)
         await self.follower.start(timeout)
-        self.events_consumer = EventConsumer(self.bootstrap, [TOPIC_EVENTS], client_id=f"{self.cfg.client_id}-events")
+        self.events_consumer = EventConsumer(self.bootstrap, [TOPIC_EVENTS], client_id=f"{self.cfg.client_id}-events",
+                                             fetch_max_wait_ms=watcher_fetch_max_wait_ms())
         await self.events_consumer.start(timeout)
         for r in await self.events_consumer.catch_up(timeout):
             self._on_event_record(r)
