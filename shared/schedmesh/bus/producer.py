@@ -72,6 +72,10 @@ class EventProducer:
       duplicate such a record; consumers must treat records as idempotent upserts.
       ``resend(topic, value)`` may rewrite a record before it is sent again, or return
       None to drop it (an owner whose ``on_restart`` re-publishes newer state of it).
+      ``resend_window(True)`` is called when a restart is noticed, before anything is
+      sent again, and ``resend_window(False)`` once the re-sent records are acknowledged:
+      an owner may hold back what other processes would publish after them (the
+      queue-manager's bindings, which must land after the pods they bind).
 
     Options in ``producer_options`` go to :class:`aiokafka.AIOKafkaProducer`. Do not
     enable idempotence or transactions against Tansu (unsupported there).
@@ -90,6 +94,7 @@ class EventProducer:
         trace_sends: bool = True,
         max_unconfirmed: int = 10_000,
         resend: Callable[[str, bytes], bytes | None] | None = None,
+        resend_window: Callable[[bool], None] | None = None,
         **producer_options: Any,
     ) -> None:
         self._bootstrap = bootstrap_servers
@@ -111,6 +116,7 @@ class EventProducer:
         self._seq = 0
         self._unconfirmed: deque[_Unconfirmed] = deque(maxlen=max_unconfirmed)
         self._resend = resend
+        self._resend_window = resend_window
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -278,6 +284,8 @@ class EventProducer:
                 self._ready.clear()
                 continue
             if state in (BrokerState.RESTARTED, BrokerState.TOPICS_MISSING):
+                if not restart_pending and self._resend_window is not None:
+                    self._resend_window(True)
                 restart_pending = True
                 self._ready.clear()
             if not restart_pending:
@@ -293,6 +301,8 @@ class EventProducer:
                 log.warning("recovering from a broker restart failed, will retry: %r", exc)
                 continue
             restart_pending = False
+            if self._resend_window is not None:
+                self._resend_window(False)
             self._restart_count += 1
             self._ready.set()
             await call_restart_callback(self._on_restart, "EventProducer")

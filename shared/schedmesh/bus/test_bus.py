@@ -366,16 +366,20 @@ async def test_resend_rewrites_or_drops_what_is_sent_again(
     own_broker: EmbeddedBroker, default_topic: TopicSpec
 ) -> None:
     """An owner that re-publishes newer state itself drops (None) or rewrites the records the
-    producer would send again after a restart."""
+    producer would send again after a restart; its resend window opens before the first is asked
+    about and closes once all are sent."""
     topic = default_topic
     bootstrap = own_broker.bootstrap_servers
     asked: list[bytes] = []
+    window: list[object] = []
 
     def resend(t: str, value: bytes) -> bytes | None:
         asked.append(value)
+        window.append(value)
         return None if value == b"stale" else value.upper()
 
-    async with EventProducer(bootstrap, topics=[topic], probe_interval=0.3, resend=resend) as producer:
+    async with EventProducer(bootstrap, topics=[topic], probe_interval=0.3, resend=resend,
+                             resend_window=window.append) as producer:
         await own_broker.arestart()
         await producer.send(topic.name, b"stale", key="k")  # before the probe notices
         await producer.send(topic.name, b"fresh", key="other")
@@ -390,6 +394,7 @@ async def test_resend_rewrites_or_drops_what_is_sent_again(
                 await cancel_and_wait(reader)
     assert set(asked) == {b"stale", b"fresh"}
     assert b"stale" not in {r.value for r in received}
+    assert window[0] is True and window[-1] is False and set(window[1:-1]) == {b"stale", b"fresh"}
 
 
 async def test_send_waits_while_the_broker_is_down(

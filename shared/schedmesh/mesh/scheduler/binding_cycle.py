@@ -71,6 +71,8 @@ class BindingCycle:
         if not ready:
             return
         metrics.observe_batch("bind", len(ready))
+        if not self._resent.wait(self.cfg.bind_retry_seconds):  # a broker restart's re-sent pods first
+            log.warning("records re-sent after a broker restart still unacknowledged; binding anyway")
         deadline = time.monotonic() + self.cfg.bind_retry_seconds
         delay = 0.2
         while ready:

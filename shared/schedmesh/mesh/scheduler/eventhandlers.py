@@ -74,6 +74,7 @@ class EventHandlers:
         if new is not None and new_bound:
             with self._assumed_lock:
                 self.assumed.pop(new.uid, None)
+            self._publish_unpublished(new.uid)
         if new is None:  # deleted
             if old is None:
                 return

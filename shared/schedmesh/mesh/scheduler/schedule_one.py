@@ -237,6 +237,7 @@ class ScheduleOne:
             cur = self.cache.pods.get(a.pod.uid)
             if cur is None or not cur.node_name:
                 self.cache.snapshot.remove_pod(a.pod)
+        self._publish_unpublished(a.pod.uid)
 
     def _requeue(self, qpi: QueuedPodInfo, cycle: int) -> None:
         with self.cache.lock:

@@ -90,6 +90,12 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self.assumed: dict[str, AssumedPod] = {}  # uid -> pods assumed, not yet seen bound
         self._assumed_lock = threading.Lock()
         self._cycle_gate = threading.Lock()  # held by each attempt, and by a re-publication
+        # After a broker restart: set once this producer's records are sent again; bindings wait
+        # for it, so no binding lands before the pod it binds (see _resend_after_restart).
+        self._resent = threading.Event()
+        self._resent.set()
+        # Pods left out of a re-publication while assumed: published once bound or forgotten.
+        self._unpublished: set[str] = set()
         self.notes: dict[str, PodNotes] = {}
         self._notes_lock = threading.Lock()
         self.applied_nodes: dict[str, Node] = {}
@@ -124,7 +130,8 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
     async def start(self, timeout: float = 60.0) -> None:
         self.loop = asyncio.get_running_loop()
         self.producer = EventProducer(self.bootstrap, client_id=f"{self.cfg.client_id}-producer",
-                                      on_restart=self._republish, resend=self._resend_after_restart)
+                                      on_restart=self._republish, resend=self._resend_after_restart,
+                                      resend_window=self._resend_window)
         await self.producer.start(timeout)
         self.follower = CacheFollower(self.bootstrap, self.cache, client_id=self.cfg.client_id)
         await self.follower.start(timeout)
@@ -194,19 +201,46 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                               trace_id=trace_id)
         return TOPIC_EVENTS, pod.uid, ev.SerializeToString()
 
+    def _resend_window(self, open_: bool) -> None:
+        (self._resent.clear if open_ else self._resent.set)()
+
     def _resend_after_restart(self, topic: str, value: bytes) -> Optional[bytes]:
         """A record this producer sent around a broker restart, about to be sent again: an applied
         pod that this cache has seen bound since is left out (the binding is newer; _republish
-        sends the pod as it is now), so no stale unbound copy lands after its binding."""
+        sends the pod as it is now), so no stale unbound copy lands after its binding. A pod
+        assumed now may be bound by the binder before this record lands: it is left out too and
+        published once its binding is seen or forgotten (_publish_unpublished). Bindings not yet
+        sent wait for the re-sent records (_resent)."""
         if topic != TOPIC_PODS:
             return value
         msg = events_pb2.PodRecord.FromString(value)
         items = records.expand(msg)
         with self.cache.lock:
-            keep = [r for r in items if not self._bound_since(r)]
+            with self._assumed_lock:
+                assumed = {r.pod.metadata.uid for r in items if self._unbound_pod(r) and r.pod.metadata.uid in self.assumed}
+                self._unpublished |= assumed
+            keep = [r for r in items if not self._bound_since(r) and not (self._unbound_pod(r) and r.pod.metadata.uid in assumed)]
         if len(keep) == len(items):
             return value
         return records.pod_batch_record(keep, self.cfg.client_id)[2] if keep else None
+
+    @staticmethod
+    def _unbound_pod(rec: events_pb2.PodRecord) -> bool:
+        return not (rec.HasField("update") or rec.deleted or rec.pod.node_name)
+
+    def _publish_unpublished(self, uid: str) -> None:
+        """A pod left out of a re-publication while assumed, now bound or forgotten: published as
+        it is (from any thread; without waiting)."""
+        with self._assumed_lock:
+            if uid not in self._unpublished:
+                return
+            self._unpublished.discard(uid)
+        with self.cache.lock:
+            current = self.cache.pods.get(uid)
+        if current is None or self.loop is None or self.producer is None:
+            return
+        rec = records.pod_batch_record([records.pod_message(current, source=self.cfg.client_id)], self.cfg.client_id)
+        asyncio.run_coroutine_threadsafe(records.publish(self.producer, [rec]), self.loop)
 
     def _bound_since(self, rec: events_pb2.PodRecord) -> bool:
         if rec.HasField("update") or rec.deleted or rec.pod.node_name:
@@ -231,8 +265,9 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                     ni = self.cache.snapshot.get(name)
                     recs.append(records.node_record(ni.node if ni is not None and ni.node is not None else node,
                                                     source=self.cfg.client_id))
-                with self._assumed_lock:  # a binding on its way is the binder's to re-publish
+                with self._assumed_lock:  # a binding on its way: published once seen or forgotten
                     in_flight = set(self.assumed)
+                    self._unpublished |= in_flight
                 pods = [p for p in self.cache.pods.values()
                         if p.scheduler_name in self.frameworks and p.uid not in in_flight]
             # pods in creation order, in batch records (one Kafka record per few hundred pods)

@@ -57,6 +57,8 @@ class Cycle(BindingCycle):
         self.cfg = QueueManagerConfig(filter_workers=[], score_workers=[], binder="", bind_retry_seconds=retry_seconds)
         self.binder = binder
         self._stop = threading.Event()
+        self._resent = threading.Event()
+        self._resent.set()
         self._bind_queue = queue.SimpleQueue()
         self._assumed_lock, self._notes_lock = threading.Lock(), threading.Lock()
         self.assumed, self.notes = {}, {}
@@ -128,3 +130,18 @@ def test_a_binding_seen_in_the_cache_while_retrying_is_done_and_a_deleted_pod_dr
     c.binder = SeenMeanwhile(Unavailable())
     c._bind_batch([a, b])
     assert c.done == ["uid-a"] and not c.forgotten and not c.requeued
+
+
+def test_bindings_wait_for_the_records_re_sent_after_a_broker_restart() -> None:
+    """A binding published before the re-sent record of the pod it binds would be followed by
+    that pod unbound: while the producer re-sends (its resend window), bindings wait."""
+    binder = ScriptedBinder("")
+    c = Cycle(binder, retry_seconds=30)
+    c._resent.clear()  # EventProducer's resend_window(True)
+    t = threading.Thread(target=c._bind_batch, args=([c.assume("a", "node-1")],))
+    t.start()
+    t.join(0.5)
+    assert t.is_alive() and binder.calls == []
+    c._resent.set()  # resend_window(False)
+    t.join(5)
+    assert binder.calls == [[("a", "node-1")]] and c.done == ["uid-a"]
