@@ -323,9 +323,11 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
     def _view(self) -> spb.ClusterView:
         v = spb.ClusterView(client_id=self.cfg.client_id, offsets=self.cache.view_offsets())
         with self._assumed_lock:
-            items = [(a.pod, a.node) for a in self.assumed.values()]
-        for pod, node in items:
-            v.assumed.add(pod=convert.pod_to_proto(pod), node_name=node)
+            items = list(self.assumed.values())
+        for a in items:
+            if a.proto is None:
+                a.proto = convert.pod_to_proto(a.pod)
+            v.assumed.add(pod=a.proto, node_name=a.node)
         # Pods nominated by preemption count on their node in the shards' filters, as in
         # kube's RunFilterPluginsWithNominatedPods.
         for node in self.queue.nominated_node_names():

@@ -79,6 +79,8 @@ class AssumedPod:
     started: float = 0.0
     # Set when a pod held by Permit was answered: Success (allowed) or why it was rejected.
     permit: Optional[Status] = None
+    # The pod encoded once for the shards' views (every attempt meanwhile sends it again).
+    proto: Any = None
 
 
 @dataclass
