@@ -47,6 +47,7 @@ tracer = trace.get_tracer("schedmesh.binder")
 LEDGER_CLIENT = "binder-ledger"  # the cache's assumed-pods slot holding committed, unseen bindings
 FIT_PLUGINS = ("NodeResourcesFit", "NodePorts")
 _MAX_REMEMBERED_DELETIONS = 100_000
+LEDGER_CATCH_UP_SECONDS = 2.0  # how long a batch waits for the ledger to reach the caller's offsets
 
 
 def event_message(pod: Pod, reason: str, message: str, source: str, type_: str = "Normal") -> events_pb2.Event:
@@ -244,6 +245,12 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
 
     async def BindBatch(self, request: binder_pb2.BindBatchRequest, context) -> binder_pb2.BindBatchResponse:
         trace.get_current_span().set_attribute("schedmesh.batch_size", len(request.binds))
+        if request.offsets:
+            # Decide on at least what the caller had read: a deletion it saw freed the room it binds into.
+            offsets = dict(request.offsets)
+            if not await asyncio.to_thread(self.ledger.cache.wait_for, offsets, LEDGER_CATCH_UP_SECONDS):
+                log.warning("ledger behind the caller's view after %.0f s (wants %s, has %s); deciding anyway",
+                            LEDGER_CATCH_UP_SECONDS, offsets, self.ledger.cache.offsets)
         return binder_pb2.BindBatchResponse(results=await self._commit(request.binds, request.client_id))
 
     async def republish_pending(self) -> None:

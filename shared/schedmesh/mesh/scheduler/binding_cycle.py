@@ -154,7 +154,7 @@ class BindingCycle:
     def _send_bindings(self, ready: list[AssumedPod], retry: bool) -> list[AssumedPod]:
         """One BindBatch; returns the bindings whose outcome is unknown (to send again, same
         node: the binder answers a binding it already made with success)."""
-        req = binder_pb2.BindBatchRequest(client_id=self.cfg.client_id)
+        req = binder_pb2.BindBatchRequest(client_id=self.cfg.client_id, offsets=self.cache.view_offsets())
         for a in ready:
             req.binds.add(pod=convert.pod_to_proto(a.pod), node_name=a.node, client_id=self.cfg.client_id,
                           traceparent=a.traceparent)

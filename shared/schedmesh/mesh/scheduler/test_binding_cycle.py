@@ -62,7 +62,7 @@ class Cycle(BindingCycle):
         self._bind_queue = queue.SimpleQueue()
         self._assumed_lock, self._notes_lock = threading.Lock(), threading.Lock()
         self.assumed, self.notes = {}, {}
-        self.cache = SimpleNamespace(lock=threading.RLock(), pods={})
+        self.cache = SimpleNamespace(lock=threading.RLock(), pods={}, view_offsets=dict)
         self.done, self.forgotten, self.requeued, self.events, self.moved = [], [], [], [], []
         self.queue = SimpleNamespace(
             done=self.done.append,
