@@ -18,6 +18,8 @@ from opentelemetry import trace
 
 from schedmesh.api import convert
 from schedmesh.framework.events import EVENT_ASSIGNED_POD_DELETE
+from schedmesh.framework.interface import Code, Status
+from schedmesh.plugins.default_binder.plugin import NAME as DEFAULT_BINDER
 from schedmesh.mesh.binder import PUBLISH_FAILED
 from schedmesh.scheduling.cycle import Diagnosis, FitError
 from schedmesh.telemetry import metrics
@@ -67,7 +69,7 @@ class BindingCycle:
                 self._binding_failed(a, f"PreBind: {st.message()}")
             else:
                 ready.append(a)
-        ready = self._extenders_binding(ready)
+        ready = self._bind_plugins(self._extenders_binding(ready))
         if not ready:
             return
         metrics.observe_batch("bind", len(ready))
@@ -148,8 +150,43 @@ class BindingCycle:
                                  ext.name, a.pod.key, e)
                         continue
                     return str(e)
+            a.bound_by = ext.name
             return None
         return None
+
+    # ---- Bind plugins --------------------------------------------------------------------------
+    def _bind_plugins(self, ready: list[AssumedPod]) -> list[AssumedPod]:
+        """kube's RunBindPlugins for the pods no extender bound: each Bind plugin in the profile's
+        order until one does not Skip. DefaultBinder is the binder service (the batch after
+        this); a plugin before it that binds the pod leaves the commit to the binder, as an
+        extender does; one that fails, or all skipping, fails the binding."""
+        out = []
+        for a in ready:
+            st = None if a.bound_by else self._run_bind_plugins(a)
+            if st is None or st.is_success():
+                out.append(a)
+            else:
+                log.warning("Bind plugins did not bind %s to %s: %s", a.pod.key, a.node, st.message())
+                self._binding_cycle_error(a, f"Binding rejected: {st.message()}")
+        return out
+
+    @staticmethod
+    def _run_bind_plugins(a: AssumedPod):
+        """None when the binder service is to bind (DefaultBinder's turn), else the chain's status."""
+        for p in a.fw.points["bind"]:
+            if p.name == DEFAULT_BINDER:
+                return None
+            try:
+                st = p.bind(a.state, a.pod, a.node)
+            except Exception as e:  # noqa: BLE001 - a plugin's failure is a bind error
+                st = Status.as_error(e)
+            if st is not None and st.is_skip():
+                continue
+            if st is None or st.is_success():
+                a.bound_by = p.name
+                return Status()
+            return Status(st.code, (f"running Bind plugin {p.name!r}: {st.message()}",)).with_plugin(p.name)
+        return Status(Code.SKIP, ("every Bind plugin skipped the pod",))
 
     def _send_bindings(self, ready: list[AssumedPod], retry: bool) -> list[AssumedPod]:
         """One BindBatch; returns the bindings whose outcome is unknown (to send again, same

@@ -81,6 +81,8 @@ class AssumedPod:
     permit: Optional[Status] = None
     # The pod encoded once for the shards' views (every attempt meanwhile sends it again).
     proto: Any = None
+    # The extender or Bind plugin that bound the pod ahead of the binder service ("": none).
+    bound_by: str = ""
 
 
 @dataclass

@@ -12,6 +12,7 @@ import pytest
 
 from schedmesh.api.types import ObjectMeta, Pod
 from schedmesh.framework.events import EVENT_ASSIGNED_POD_DELETE
+from schedmesh.framework.interface import Code, Status
 from schedmesh.mesh.binder import PUBLISH_FAILED
 from schedmesh.mesh.scheduler.binding_cycle import BindingCycle
 from schedmesh.mesh.scheduler.state import AssumedPod, QueueManagerConfig
@@ -41,7 +42,14 @@ class ScriptedBinder:
                                                      for _ in req.binds])
 
 
+class BinderService:
+    """DefaultBinder in the profile: the binder service's turn."""
+    name = "DefaultBinder"
+
+
 class NoPlugins:
+    points = {"bind": [BinderService()]}
+
     def run_pre_bind(self, *a):
         return None
 
@@ -145,3 +153,38 @@ def test_bindings_wait_for_the_records_re_sent_after_a_broker_restart() -> None:
     c._resent.set()  # resend_window(False)
     t.join(5)
     assert binder.calls == [[("a", "node-1")]] and c.done == ["uid-a"]
+
+
+class ScriptedBind:
+    """A Bind plugin ahead of DefaultBinder answering with `status` (None: bound)."""
+    name = "Scripted"
+
+    def __init__(self, status) -> None:
+        self.status, self.calls = status, []
+
+    def bind(self, state, pod, node):
+        self.calls.append((pod.name, node))
+        if isinstance(self.status, Exception):
+            raise self.status
+        return self.status
+
+
+@pytest.mark.parametrize("answer, sent_to_binder, bound_by", [
+    (None, True, "Scripted"),                         # it bound the pod: the binder commits it
+    (Status(Code.SKIP), True, ""),                    # not its pod: DefaultBinder's turn
+    (Status.as_error("no quota"), False, ""),        # its error fails the binding
+    (RuntimeError("boom"), False, ""),
+])
+def test_bind_plugins_run_in_the_profiles_order_before_the_binder(answer, sent_to_binder, bound_by) -> None:
+    binder = ScriptedBinder("")
+    c = Cycle(binder, retry_seconds=30)
+    plugin = ScriptedBind(answer)
+    a = c.assume("a", "node-1")
+    a.fw = SimpleNamespace(points={"bind": [plugin, BinderService()]}, run_pre_bind=lambda *x: None,
+                           run_post_bind=lambda *x: None, run_unreserve=lambda *x: None)
+    c._bind_batch([a])
+    assert plugin.calls == [("a", "node-1")]
+    assert (binder.calls == [[("a", "node-1")]]) is sent_to_binder and a.bound_by == bound_by
+    if not sent_to_binder:
+        assert c.forgotten == ["a"] and c.requeued == ["a"]
+        assert c.events[0][1].startswith("Binding rejected: running Bind plugin 'Scripted': ")
