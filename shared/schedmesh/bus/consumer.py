@@ -42,8 +42,8 @@ def fetch_max_wait_ms() -> int:
 
 
 def watcher_fetch_max_wait_ms() -> int:
-    """The fetch wait of consumers off the scheduling path (the binder's ledger, the kubelet
-    agent, the controllers, the preemption service, the queue-manager's Events): a longer wait
+    """The fetch wait of consumers off the scheduling path (the kubelet agent, the controllers,
+    the preemption service, the queue-manager's Events): a longer wait
     lets more records come in each fetch (SchedulingBasic, 5,000 nodes, 9,000 pods: the mesh's
     CPU 57.5 s with 10 ms, 54.1 s with 50 ms; Tansu's 10.6 s, 8.7 s). Records reach these
     consumers up to this much later.

@@ -29,7 +29,7 @@ from opentelemetry import trace
 from schedmesh.api import convert
 from schedmesh.framework.profile import DEFAULT_SCHEDULER_NAME
 from schedmesh.api.types import Pod, PodCondition
-from schedmesh.bus import EventProducer, Record, watcher_fetch_max_wait_ms
+from schedmesh.bus import EventProducer, Record
 from schedmesh.framework.interface import CycleState
 from schedmesh.framework.profile import PluginRef, PluginSet, Profile
 from schedmesh.framework.runtime import Framework
@@ -289,9 +289,9 @@ async def serve(port: int, bootstrap: str, name: str = "binder-0", config: Optio
     ledger = BindLedger(cache, fit_args_from_config(config))
     producer = EventProducer(bootstrap, topics=(*STATE_TOPICS, TOPIC_EVENTS), client_id=name)
     servicer = BinderServicer(ledger, producer, name)
-    # off the scheduling path: the ledger overlays the bindings it made until they come back
+    # On the scheduling path: a BindBatch waits for the ledger to reach the caller's offsets.
     follower = CacheFollower(bootstrap, cache, client_id=name, on_record=ledger.on_record,
-                             on_restart=servicer.republish_pending, fetch_max_wait_ms=watcher_fetch_max_wait_ms())
+                             on_restart=servicer.republish_pending)
     binder_pb2_grpc.add_BinderServicer_to_server(servicer, proc.server)
     await proc.start()
     await producer.start()
