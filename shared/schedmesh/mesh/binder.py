@@ -245,13 +245,24 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
 
     async def BindBatch(self, request: binder_pb2.BindBatchRequest, context) -> binder_pb2.BindBatchResponse:
         trace.get_current_span().set_attribute("schedmesh.batch_size", len(request.binds))
-        if request.offsets:
-            # Decide on at least what the caller had read: a deletion it saw freed the room it binds into.
-            offsets = dict(request.offsets)
+        results = await self._commit(request.binds, request.client_id)
+        refused = [i for i, r in enumerate(results) if not r.bound and not r.reason.startswith(PUBLISH_FAILED)]
+        offsets = dict(request.offsets)
+        if refused and offsets and not self._caught_up(offsets):
+            # The caller may have seen room freed that this ledger has not read yet (a deletion):
+            # refused bindings are decided again on at least what the caller had read. Only
+            # then: waiting for every batch would add a fetch to every binding.
             if not await asyncio.to_thread(self.ledger.cache.wait_for, offsets, LEDGER_CATCH_UP_SECONDS):
                 log.warning("ledger behind the caller's view after %.0f s (wants %s, has %s); deciding anyway",
                             LEDGER_CATCH_UP_SECONDS, offsets, self.ledger.cache.offsets)
-        return binder_pb2.BindBatchResponse(results=await self._commit(request.binds, request.client_id))
+            again = await self._commit([request.binds[i] for i in refused], request.client_id)
+            for i, r in zip(refused, again):
+                results[i] = r
+        return binder_pb2.BindBatchResponse(results=results)
+
+    def _caught_up(self, offsets: dict[str, int]) -> bool:
+        with self.ledger.cache.lock:
+            return all(self.ledger.cache.offsets.get(t, 0) >= o for t, o in offsets.items() if o > 0)
 
     async def republish_pending(self) -> None:
         """After a broker restart: every binding this binder knows, committed but never seen back
