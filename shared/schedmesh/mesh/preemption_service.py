@@ -194,13 +194,16 @@ class PreemptionEvaluator:
                     resp.has_result, resp.nominated_node_name = True, result.nominated_node_name
                 recs: list = []
                 if decision is not None:
-                    recs = self._act(pod, decision, resp, time.time() if now is None else now)
+                    recs = self._act(pod, decision, resp, time.time() if now is None else now,
+                                     waiting=frozenset(req.view.waiting_uids))
         metrics.observe_preemption(len(decision.victims) if decision is not None else None)
         return resp, recs
 
-    def _act(self, preemptor: Pod, d: PreemptionDecision, resp: preemption_pb2.PreemptResponse, now: float) -> list:
+    def _act(self, preemptor: Pod, d: PreemptionDecision, resp: preemption_pb2.PreemptResponse, now: float,
+             waiting: frozenset = frozenset()) -> list:
         """kube's prepareCandidate as records: victims' DisruptionTarget and graceful deletion (a
-        victim already terminating needs neither), cleared nominations, the preemptor's nomination."""
+        victim already terminating needs neither; one the caller's Permit holds is rejected there
+        instead, by the caller), cleared nominations, the preemptor's nomination."""
         updates: list[events_pb2.PodRecord] = []
         events: list[events_pb2.Event] = []
         condition = PodCondition(DISRUPTION_TARGET, "True", REASON_PREEMPTION_BY_SCHEDULER,
@@ -208,6 +211,12 @@ class PreemptionEvaluator:
         for v in d.victims:
             resp.victims.append(v.key)
             if v.meta.deletion_timestamp is not None:
+                continue
+            if v.uid in waiting:
+                resp.reject_waiting_uids.append(v.uid)
+                events.append(events_pb2.Event(pod_uid=v.uid, pod=v.key, type="Normal", reason=EVENT_REASON_PREEMPTED,
+                                               message=preempted_message(preemptor, d.node_name),
+                                               source=self.source, timestamp=now))
                 continue
             resp.deleting_uids.append(v.uid)
             rec = records.deletion_update(v, now, source=self.source)

@@ -232,3 +232,26 @@ def test_no_second_preemption_while_victims_terminate_on_the_nominated_node():
     again, recs = evaluator.decide(c.request(preemptor))
     assert again.message.endswith("preemption: not eligible due to a terminating pod on the nominated node.")
     assert not again.has_result and recs == []
+
+
+def test_a_victim_waiting_on_permit_is_left_to_the_caller_to_reject():
+    """kube's prepareCandidate: a victim a Permit plugin holds is rejected ("preempted"), not
+    deleted; its Preempted event is recorded all the same."""
+    nodes = [make_node("n1", CPU2)]
+    c = Cluster(nodes, [make_pod("a1", "n1", priority=10, req={"cpu": "1"})])
+    waiting = make_pod("w", priority=1, req={"cpu": "1"})  # assumed on n1, held by Permit
+    c.apply(records.pod_record(waiting))
+    preemptor = make_pod("urgent", priority=100, req={"cpu": "2"}, uid="urgent-uid")
+    c.apply(records.pod_record(preemptor))
+    c.cache.set_assumed("queue-manager", [(waiting, "n1")])
+    req = c.request(preemptor, assumed=[(waiting, "n1")])
+    c.cache.set_assumed("queue-manager", [])
+    req.view.waiting_uids.append("w")
+    resp, recs = service(c).decide(req, now=500.0)
+    assert (resp.nominated_node_name, sorted(resp.victims)) == ("n1", ["default/a1", "default/w"])
+    assert list(resp.reject_waiting_uids) == ["w"] and list(resp.deleting_uids) == ["a1"]
+    for r in recs:
+        c.apply(r)
+    assert c.cache.pods["w"].meta.deletion_timestamp is None
+    assert c.cache.pods["a1"].meta.deletion_timestamp == 500.0
+    assert sorted((e.pod, e.reason) for e in c.events) == [("default/a1", "Preempted"), ("default/w", "Preempted")]

@@ -22,6 +22,7 @@ from schedmesh.queue.nominator import NominatingInfo
 from schedmesh.queue.queued_pod_info import QueuedPodInfo
 from schedmesh.queue.scheduling_queue import QueueError
 from schedmesh.scheduling.cycle import Diagnosis, FitError, NoNodesAvailableError, run_post_filter
+from schedmesh.plugins.default_preemption.plugin import NAME as DEFAULT_PREEMPTION
 from schedmesh.telemetry import inject_grpc_metadata, metrics
 from schedmesh.mesh.scheduler.state import AssumedPod, PodNotes, trace_id_of
 
@@ -361,6 +362,10 @@ class ScheduleOne:
                 self._publish_failed(pod, err.message(), trace_id)
                 return
             err.diagnosis.post_filter_msg = resp.message
+            for uid in resp.reject_waiting_uids:  # kube's prepareCandidate: a waiting victim is rejected
+                wp = self.waiting_pods.get(uid)
+                if wp is not None:
+                    wp.reject(DEFAULT_PREEMPTION, "preempted")
             self.preemptions.answered(pod.uid, resp.deleting_uids if resp.code == int(Code.SUCCESS) else ())
             nominating = NominatingInfo(resp.nominated_node_name) if resp.has_result else None
             if resp.nominated_node_name:

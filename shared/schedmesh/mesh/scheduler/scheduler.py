@@ -328,6 +328,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
             if a.proto is None:
                 a.proto = convert.pod_to_proto(a.pod)
             v.assumed.add(pod=a.proto, node_name=a.node)
+        self.waiting_pods.iterate(lambda wp: v.waiting_uids.append(wp.pod.uid))
         # Pods nominated by preemption count on their node in the shards' filters, as in
         # kube's RunFilterPluginsWithNominatedPods.
         for node in self.queue.nominated_node_names():
