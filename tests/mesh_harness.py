@@ -90,3 +90,13 @@ class ServiceProc:
                 self.proc.kill()
                 self.proc.wait(5)
         self.log.close()
+
+
+def poll(fn, timeout: float = 30.0, interval: float = 0.1):
+    """fn()'s first truthy value, or its last value once `timeout` seconds have passed."""
+    deadline = time.time() + timeout
+    while True:
+        v = fn()
+        if v or time.time() > deadline:
+            return v
+        time.sleep(interval)

@@ -6,7 +6,6 @@ with backoff); an ignorable extender's failures are skipped."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -16,7 +15,7 @@ import pytest
 from schedmesh.framework.test_extender import ExtenderServer, Reply, node_names
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 
-from tests.mesh_harness import ServiceProc, free_port, kafka
+from tests.mesh_harness import ServiceProc, free_port, kafka, poll
 
 WIDGET = "example.com/widget"
 
@@ -138,7 +137,7 @@ def mesh(tmp_path_factory) -> Iterator[Mesh]:
                     stub, stub2 = queue_pb2_grpc.SchedulerStub(ch), queue_pb2_grpc.SchedulerStub(ch2)
                     stub.Apply(queue_pb2.ApplyRequest(manifest=NODES))
                     for s in (stub, stub2):
-                        assert _wait(lambda: len(s.GetNodes(queue_pb2.GetRequest()).nodes) == 3)
+                        assert poll(lambda: len(s.GetNodes(queue_pb2.GetRequest()).nodes) == 3)
                     yield Mesh(stub, stub2, widgets)
             finally:
                 for p in reversed(procs):
@@ -148,13 +147,6 @@ def mesh(tmp_path_factory) -> Iterator[Mesh]:
         srv.server_close()
 
 
-def _wait(fn, timeout: float = 30.0, interval: float = 0.1):
-    deadline = time.time() + timeout
-    while True:
-        v = fn()
-        if v or time.time() > deadline:
-            return v
-        time.sleep(interval)
 
 
 def node_of(stub, name: str) -> str:
@@ -178,12 +170,12 @@ def test_filter_prioritize_and_bind_verbs_decide_and_bind(mesh) -> None:
     stub.Apply(queue_pb2.ApplyRequest(manifest=pod("w-0") + "---" + pod("plain-0", widget=False)))
     # The extender kept node-0 out and preferred node-1; it was asked to bind there, and the
     # binder committed that binding.
-    assert _wait(lambda: node_of(stub, "w-0")) == "node-1"
+    assert poll(lambda: node_of(stub, "w-0")) == "node-1"
     assert len(w.calls("/a/filter", "w-0")) == 1 and len(w.calls("/a/prioritize", "w-0")) == 1
     binds = w.calls("/a/bind", "w-0")
     assert len(binds) == 1 and binds[0]["Node"] == "node-1" and binds[0]["PodNamespace"] == "default"
     # Not interested in a pod without widgets; the ignorable extender's failures are skipped.
-    assert _wait(lambda: node_of(stub, "plain-0"))
+    assert poll(lambda: node_of(stub, "plain-0"))
     assert not any(w.calls(v, "plain-0") for v in ("/a/filter", "/a/prioritize", "/a/bind"))
     assert not failed_scheduling(stub, "w-0") and not failed_scheduling(stub, "plain-0")
 
@@ -194,7 +186,7 @@ def test_a_node_the_extender_filters_out_is_in_the_fit_error(mesh) -> None:
     stub.Apply(queue_pb2.ApplyRequest(manifest=pod("w-far", extra="nodeSelector: {kubernetes.io/hostname: node-0}")))
     want = ("0/3 nodes are available: 1 FakeExtender: node-0 is reserved, "
             "2 node(s) didn't match Pod's node affinity/selector.")
-    msgs = _wait(lambda: failed_scheduling(stub, "w-far"))
+    msgs = poll(lambda: failed_scheduling(stub, "w-far"))
     assert msgs and msgs[0].startswith(want), msgs
     assert not node_of(stub, "w-far")
 
@@ -204,14 +196,14 @@ def test_an_extender_bind_error_fails_the_binding_and_the_pod_is_retried(mesh) -
     stub, w = mesh.stub, mesh.widgets
     w.refuse.add("w-refuse")
     stub.Apply(queue_pb2.ApplyRequest(manifest=pod("w-refuse")))
-    msgs = _wait(lambda: failed_scheduling(stub, "w-refuse"))
+    msgs = poll(lambda: failed_scheduling(stub, "w-refuse"))
     assert msgs and msgs[0] == "widget controller refuses w-refuse", msgs
     assert not node_of(stub, "w-refuse")  # never committed through the binder
     # Retried with backoff: refused again until the extender accepts.
-    assert _wait(lambda: len(w.calls("/a/bind", "w-refuse")) >= 2)
+    assert poll(lambda: len(w.calls("/a/bind", "w-refuse")) >= 2)
     with w.lock:
         w.refuse.clear()
-    assert _wait(lambda: node_of(stub, "w-refuse")) == "node-1"
+    assert poll(lambda: node_of(stub, "w-refuse")) == "node-1"
     assert w.calls("/a/bind", "w-refuse")[-1]["Node"] == "node-1"
 
 
@@ -219,6 +211,6 @@ def test_an_extender_bind_error_fails_the_binding_and_the_pod_is_retried(mesh) -
 def test_an_ignorable_binder_that_fails_leaves_the_binding_to_the_binder(mesh) -> None:
     stub, w = mesh.stub_ignorable, mesh.widgets
     stub.Apply(queue_pb2.ApplyRequest(manifest=pod("i-0", widget=False, scheduler="ignorable-binder")))
-    assert _wait(lambda: node_of(stub, "i-0"))
+    assert poll(lambda: node_of(stub, "i-0"))
     assert len(w.calls("/c/bind", "i-0")) == 1  # asked, failed (HTTP 500), skipped
     assert not failed_scheduling(stub, "i-0")

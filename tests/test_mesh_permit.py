@@ -14,7 +14,7 @@ import pytest
 
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 
-from tests.mesh_harness import ServiceProc, free_port, kafka
+from tests.mesh_harness import ServiceProc, free_port, kafka, poll
 
 CONFIG = """
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -83,20 +83,13 @@ def stub(tmp_path_factory) -> Iterator[queue_pb2_grpc.SchedulerStub]:
             with grpc.insecure_channel(qm.target) as ch:
                 s = queue_pb2_grpc.SchedulerStub(ch)
                 s.Apply(queue_pb2.ApplyRequest(manifest=NODES))
-                assert _wait(lambda: len(s.GetNodes(queue_pb2.GetRequest()).nodes) == 2)
+                assert poll(lambda: len(s.GetNodes(queue_pb2.GetRequest()).nodes) == 2)
                 yield s
         finally:
             for p in reversed(procs):
                 p.stop()
 
 
-def _wait(fn, timeout: float = 30.0, interval: float = 0.1):
-    deadline = time.time() + timeout
-    while True:
-        v = fn()
-        if v or time.time() > deadline:
-            return v
-        time.sleep(interval)
 
 
 def views(stub) -> dict:
@@ -133,14 +126,14 @@ def test_a_gang_waits_assumed_while_other_pods_bind_then_binds_together(stub) ->
     stub.Apply(queue_pb2.ApplyRequest(manifest=pod("g-0", "gang-scheduler", "trio", 3) + "---" +
                                       pod("g-1", "gang-scheduler", "trio", 3)))
     # Held, and their cpu is counted on their nodes.
-    assert _wait(lambda: waiting(stub, "g-0", "g-1") and requested_cpu(stub) == 2000), views(stub)
+    assert poll(lambda: waiting(stub, "g-0", "g-1") and requested_cpu(stub) == 2000), views(stub)
     # The binding cycle is not blocked by them: a pod of another profile binds meanwhile.
     stub.Apply(queue_pb2.ApplyRequest(manifest=pod("plain-0")))
-    assert _wait(lambda: bound(stub, "plain-0")), views(stub)
+    assert poll(lambda: bound(stub, "plain-0")), views(stub)
     assert waiting(stub, "g-0", "g-1") and requested_cpu(stub) == 3000
     # The third member allows them all.
     stub.Apply(queue_pb2.ApplyRequest(manifest=pod("g-2", "gang-scheduler", "trio", 3)))
-    assert _wait(lambda: bound(stub, "g-0", "g-1", "g-2")), views(stub)
+    assert poll(lambda: bound(stub, "g-0", "g-1", "g-2")), views(stub)
     assert requested_cpu(stub) == 4000
     assert not any(failed_scheduling(stub, n) for n in ("g-0", "g-1", "g-2"))
 
@@ -150,9 +143,9 @@ def test_a_timed_out_pod_is_unreserved_forgotten_and_unschedulable_with_kubes_me
     before = requested_cpu(stub)
     stub.Apply(queue_pb2.ApplyRequest(manifest=pod("lone-0", "gang-short", "duo", 2)))
     msg = "0/1 nodes are available: 1 rejected due to timeout after waiting 1s at plugin Gang."
-    assert _wait(lambda: msg in failed_scheduling(stub, "lone-0")), failed_scheduling(stub, "lone-0")
+    assert poll(lambda: msg in failed_scheduling(stub, "lone-0")), failed_scheduling(stub, "lone-0")
     # Unschedulable (Gang rejected it: no event since helps it), its room freed, never bound.
-    assert _wait(lambda: views(stub)["lone-0"].queue == "unschedulable"), views(stub)["lone-0"].queue
+    assert poll(lambda: views(stub)["lone-0"].queue == "unschedulable"), views(stub)["lone-0"].queue
     v = views(stub)["lone-0"]
     assert not v.pod.node_name and v.message == msg
     cond = next(c for c in v.pod.conditions if c.type == "PodScheduled")
@@ -164,17 +157,17 @@ def test_a_timed_out_pod_is_unreserved_forgotten_and_unschedulable_with_kubes_me
 def test_deleting_a_waiting_pod_rejects_it(stub) -> None:
     before = requested_cpu(stub)
     stub.Apply(queue_pb2.ApplyRequest(manifest=pod("d-0", "gang-scheduler", "pair", 2)))
-    assert _wait(lambda: waiting(stub, "d-0") and requested_cpu(stub) == before + 1000), views(stub)
+    assert poll(lambda: waiting(stub, "d-0") and requested_cpu(stub) == before + 1000), views(stub)
     stub.Delete(queue_pb2.DeleteRequest(kind="pod", namespace="default", name="d-0"))
-    assert _wait(lambda: "d-0" not in views(stub) and requested_cpu(stub) == before)
+    assert poll(lambda: "d-0" not in views(stub) and requested_cpu(stub) == before)
     # d-0 no longer waits: a new member of its gang is alone and waits in turn...
     stub.Apply(queue_pb2.ApplyRequest(manifest=pod("d-1", "gang-scheduler", "pair", 2)))
-    assert _wait(lambda: waiting(stub, "d-1") and requested_cpu(stub) == before + 1000), views(stub)
+    assert poll(lambda: waiting(stub, "d-1") and requested_cpu(stub) == before + 1000), views(stub)
     time.sleep(1.0)
     assert waiting(stub, "d-1"), "d-1 was let go by a pod deleted while waiting"
     # ...until the gang is whole again.
     stub.Apply(queue_pb2.ApplyRequest(manifest=pod("d-2", "gang-scheduler", "pair", 2)))
-    assert _wait(lambda: bound(stub, "d-1", "d-2")), views(stub)
+    assert poll(lambda: bound(stub, "d-1", "d-2")), views(stub)
 
 
 @pytest.mark.timeout(120)
@@ -182,6 +175,6 @@ def test_a_permit_rejection_in_the_scheduling_cycle_is_a_fit_error_on_the_node(s
     before = requested_cpu(stub)
     stub.Apply(queue_pb2.ApplyRequest(manifest=pod("denied-0", "deny-scheduler", labels="labels: {deny: 'yes'}")))
     msg = "0/1 nodes are available: 1 denied."
-    assert _wait(lambda: msg in failed_scheduling(stub, "denied-0")), failed_scheduling(stub, "denied-0")
-    assert _wait(lambda: views(stub)["denied-0"].queue == "unschedulable"), views(stub)["denied-0"].queue
+    assert poll(lambda: msg in failed_scheduling(stub, "denied-0")), failed_scheduling(stub, "denied-0")
+    assert poll(lambda: views(stub)["denied-0"].queue == "unschedulable"), views(stub)["denied-0"].queue
     assert requested_cpu(stub) == before

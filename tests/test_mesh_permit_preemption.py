@@ -11,8 +11,8 @@ import pytest
 
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 
-from tests.mesh_harness import ServiceProc, free_port, kafka
-from tests.test_mesh_permit import CONFIG, _wait, pod, views, waiting
+from tests.mesh_harness import ServiceProc, free_port, kafka, poll
+from tests.test_mesh_permit import CONFIG, pod, views, waiting
 
 NODE = """
 apiVersion: v1
@@ -66,22 +66,22 @@ def test_a_waiting_victim_is_rejected_not_deleted(tmp_path: Path) -> None:
             with grpc.insecure_channel(qm.target) as ch:
                 stub = queue_pb2_grpc.SchedulerStub(ch)
                 stub.Apply(queue_pb2.ApplyRequest(manifest=NODE))
-                assert _wait(lambda: len(stub.GetNodes(queue_pb2.GetRequest()).nodes) == 1)
+                assert poll(lambda: len(stub.GetNodes(queue_pb2.GetRequest()).nodes) == 1)
                 # two members of a gang of three: held by Permit, assumed on node-0, which they fill
                 stub.Apply(queue_pb2.ApplyRequest(manifest=pod("w-0", "gang-scheduler", "trio", 3) + "---" +
                                                   pod("w-1", "gang-scheduler", "trio", 3)))
-                assert _wait(lambda: waiting(stub, "w-0", "w-1")), views(stub)
+                assert poll(lambda: waiting(stub, "w-0", "w-1")), views(stub)
                 stub.Apply(queue_pb2.ApplyRequest(manifest=URGENT))
-                assert _wait(lambda: views(stub).get("urgent") is not None and views(stub)["urgent"].pod.node_name,
+                assert poll(lambda: views(stub).get("urgent") is not None and views(stub)["urgent"].pod.node_name,
                              timeout=60), views(stub)
                 v = views(stub)
                 assert v["urgent"].pod.node_name == "node-0"
                 for name in ("w-0", "w-1"):
                     assert name in v, f"{name} was deleted: kube rejects a waiting victim in Permit"
                     assert not v[name].pod.node_name and not v[name].pod.metadata.deletion_timestamp
-                    assert _wait(lambda: ("Preempted", f"Preempted by pod {v['urgent'].pod.metadata.uid} on node node-0")
+                    assert poll(lambda: ("Preempted", f"Preempted by pod {v['urgent'].pod.metadata.uid} on node node-0")
                                  in events(stub, name)), events(stub, name)
-                    assert _wait(lambda: any(r == "FailedScheduling" and "preempted" in m
+                    assert poll(lambda: any(r == "FailedScheduling" and "preempted" in m
                                              for r, m in events(stub, name))), events(stub, name)
         finally:
             for p in reversed(procs):

@@ -15,7 +15,7 @@ from schedmesh.mesh.records import PodTopicFold
 from schedmesh.telemetry.testing import OtlpTraceReceiver
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 
-from tests.mesh_harness import ServiceProc, free_port, kafka
+from tests.mesh_harness import ServiceProc, free_port, kafka, poll
 
 NODES = "\n---\n".join(f"""
 apiVersion: v1
@@ -101,12 +101,7 @@ def _stub(target: str) -> queue_pb2_grpc.SchedulerStub:
 
 
 def _wait(fn, timeout: float = 20.0, interval: float = 0.2):
-    deadline = time.time() + timeout
-    while True:
-        v = fn()
-        if v or time.time() > deadline:
-            return v
-        time.sleep(interval)
+    return poll(fn, timeout, interval)
 
 
 @pytest.mark.timeout(120)

@@ -248,7 +248,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         results = await self._commit(request.binds, request.client_id)
         refused = [i for i, r in enumerate(results) if not r.bound and not r.reason.startswith(PUBLISH_FAILED)]
         offsets = dict(request.offsets)
-        if refused and offsets and not self._caught_up(offsets):
+        if refused and offsets and not self.ledger.cache.has_read(offsets):
             # The caller may have seen room freed that this ledger has not read yet (a deletion):
             # refused bindings are decided again on at least what the caller had read. Only
             # then: waiting for every batch would add a fetch to every binding.
@@ -259,10 +259,6 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
             for i, r in zip(refused, again):
                 results[i] = r
         return binder_pb2.BindBatchResponse(results=results)
-
-    def _caught_up(self, offsets: dict[str, int]) -> bool:
-        with self.ledger.cache.lock:
-            return all(self.ledger.cache.offsets.get(t, 0) >= o for t, o in offsets.items() if o > 0)
 
     async def republish_pending(self) -> None:
         """After a broker restart: every binding this binder knows, committed but never seen back

@@ -172,11 +172,15 @@ class ClusterCache:
             listener(kind, old, new)
 
     # ---- consistency -------------------------------------------------------------------
+    def has_read(self, offsets: dict[str, int]) -> bool:
+        """Whether this cache has consumed each "topic/partition" up to the given offsets."""
+        with self.lock:
+            return all(self.offsets.get(t, 0) >= o for t, o in offsets.items() if o > 0)
+
     def wait_for(self, offsets: dict[str, int], timeout: float = 5.0) -> bool:
-        """Block until this cache has consumed each "topic/partition" up to the given offsets."""
+        """Block until has_read(offsets)."""
         with self._changed:
-            return self._changed.wait_for(
-                lambda: all(self.offsets.get(t, 0) >= o for t, o in offsets.items() if o > 0), timeout)
+            return self._changed.wait_for(lambda: self.has_read(offsets), timeout)
 
     def view_offsets(self) -> dict[str, int]:
         with self.lock:

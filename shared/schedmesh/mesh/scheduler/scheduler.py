@@ -215,11 +215,13 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
             return value
         msg = events_pb2.PodRecord.FromString(value)
         items = records.expand(msg)
-        with self.cache.lock:
-            with self._assumed_lock:
-                assumed = {r.pod.metadata.uid for r in items if self._unbound_pod(r) and r.pod.metadata.uid in self.assumed}
-                self._unpublished |= assumed
-            keep = [r for r in items if not self._bound_since(r) and not (self._unbound_pod(r) and r.pod.metadata.uid in assumed)]
+        keep = []
+        with self.cache.lock, self._assumed_lock:
+            for r in items:
+                if self._unbound_pod(r) and r.pod.metadata.uid in self.assumed:
+                    self._unpublished.add(r.pod.metadata.uid)
+                elif not self._bound_since(r):
+                    keep.append(r)
         if len(keep) == len(items):
             return value
         return records.pod_batch_record(keep, self.cfg.client_id)[2] if keep else None
