@@ -2,24 +2,30 @@
 # (python -m services.<name>). Build: docker build -t schedmesh:latest .
 #
 # Two stages. The first installs the pinned dependencies (requirements.lock, `make lock`) in a layer
-# of their own, which stays cached until the lock file changes, then builds and installs the
-# project: `pip install .` runs setup.py's build hook, grpc_tools.protoc on protos/, so the
-# installed package carries the generated gRPC code. The second stage copies only that virtual
-# environment: no compiler, no build tools, no sources.
+# of their own, which stays cached until a lock file changes, and the pinned build tools
+# (requirements-build.lock: setuptools, wheel, grpcio-tools) in a virtual environment of their
+# own; then it builds the project's wheel with those tools (--no-build-isolation: pip would
+# otherwise fetch the newest setuptools and grpcio-tools for the build, whose generated code could
+# need a newer protobuf than the lock's) and installs it without resolving anything: setup.py's
+# build hook runs grpc_tools.protoc on protos/, so the package carries the generated gRPC code.
+# The second stage copies only the runtime virtual environment: no compiler, no build tools, no
+# sources.
 FROM python:3.11-slim AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/schedmesh/bin:$PATH
 
-RUN python -m venv /opt/schedmesh
-# The dependency layer: only the lock file is in its context.
-COPY requirements.lock /tmp/requirements.lock
-RUN pip install -r /tmp/requirements.lock
+RUN python -m venv /opt/schedmesh && python -m venv /opt/build
+# The dependency layer: only the lock files are in its context.
+COPY requirements.lock requirements-build.lock /tmp/
+RUN pip install -r /tmp/requirements.lock \
+ && /opt/build/bin/pip install -r /tmp/requirements-build.lock
 
 WORKDIR /src
 COPY . .
-RUN pip install . --no-deps \
+RUN /opt/build/bin/pip wheel --no-build-isolation --no-deps --wheel-dir /tmp/wheels . \
+ && pip install --no-deps /tmp/wheels/schedmesh-*.whl \
  && python -c "import schedmesh.v1.scheduling_pb2_grpc, grpc_health.v1.health_pb2, services.filter_worker" \
  && schedmesh --version
 

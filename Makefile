@@ -21,10 +21,16 @@ $(STAMP): pyproject.toml requirements-dev.lock
 	$(PIP) install --quiet --no-deps -e '.[dev]'
 	touch $(STAMP)
 
-# Re-pin: requirements.lock (what the image installs) and requirements-dev.lock (make install, CI).
+# Re-pin: requirements.lock (what the image installs), requirements-dev.lock (make install, CI) and
+# requirements-build.lock (the image's build tools: pyproject.toml's [build-system] requires, at the
+# versions of the two locks above, so the image's generated gRPC code is what `make protos` makes
+# here and matches the protobuf it runs with).
 lock: $(STAMP)
 	$(VENV)/bin/uv pip compile pyproject.toml --python-version 3.11 --no-header -o requirements.lock
 	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --python-version 3.11 --no-header -o requirements-dev.lock
+	$(PY) -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires']))" \
+	  | $(VENV)/bin/uv pip compile - -c requirements.lock -c requirements-dev.lock --python-version 3.11 --no-header \
+	    -o requirements-build.lock
 
 # Generated protobuf/gRPC code lives next to the library (shared/schedmesh/v1/), never committed.
 protos: $(STAMP)

@@ -1,12 +1,19 @@
 """Starting mesh processes for tests: the embedded broker (or Kafka via testcontainers when
-SCHEDMESH_TEST_KAFKA=testcontainers and a Docker engine exists) and service processes."""
+SCHEDMESH_TEST_KAFKA=testcontainers and a Docker engine exists) and service processes.
+
+`schedmesh up` in the tests (`up_kafka_args`): with SCHEDMESH_TEST_KAFKA=testcontainers each test
+mesh runs on an Apache Kafka of its own, given with `up --kafka`; with SCHEDMESH_TEST_KAFKA=tansu on
+an embedded Tansu the test starts and gives with `--kafka` (the --kafka path without Docker);
+otherwise `up` starts its embedded broker. Tests that kill the mesh's embedded broker skip with
+`EXTERNAL_KAFKA` set."""
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -15,9 +22,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from schedmesh.ports import free_port
 
-__all__ = ["ServiceProc", "free_port", "kafka"]  # free_port: the tests pick ports as the mesh does
+__all__ = ["EXTERNAL_KAFKA", "ServiceProc", "free_port", "kafka", "mesh_stop_note",
+           "up_kafka_args"]  # free_port: the tests pick ports as the mesh does
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: The broker `schedmesh up` in the tests is given with --kafka ("" : up starts its embedded one).
+EXTERNAL_KAFKA = os.environ.get("SCHEDMESH_TEST_KAFKA", "") if os.environ.get("SCHEDMESH_TEST_KAFKA") in (
+    "testcontainers", "tansu") else ""
+SKIP_EMBEDDED_BROKER_KILL = f"kills the mesh's embedded broker; SCHEDMESH_TEST_KAFKA={EXTERNAL_KAFKA} runs the " \
+                            "mesh on a broker given with --kafka"
 
 
 @contextmanager
@@ -42,6 +56,39 @@ def kafka() -> Iterator[str]:
     from schedmesh.broker.embedded import EmbeddedBroker
     with EmbeddedBroker() as broker:
         yield broker.bootstrap_servers
+
+
+_mesh_brokers: dict[Path, tuple[str, ExitStack]] = {}  # mesh directory -> its broker
+
+
+def up_kafka_args(base: Path) -> list[str]:
+    """Arguments for `schedmesh up` of a test mesh in `base`: none (`up` starts its embedded broker)
+    or, with EXTERNAL_KAFKA, `--kafka` and a broker of the mesh's own (the topic names are fixed: one
+    mesh per broker). It is started at the first `up` in `base` and kept for the next ones (a down
+    then up there finds its topics); once no mesh runs in a directory, its broker is stopped when
+    another mesh wants one, or at the end of the session."""
+    if not EXTERNAL_KAFKA:
+        return []
+    base = Path(base).resolve()
+    for other in [b for b in _mesh_brokers if b != base and not (b / ".schedmesh" / "mesh.json").exists()]:
+        _mesh_brokers.pop(other)[1].close()
+    if base not in _mesh_brokers:
+        stack = ExitStack()
+        bootstrap = stack.enter_context(kafka())  # testcontainers: skips the test without a Docker engine
+        _mesh_brokers[base] = (bootstrap, stack)
+    return ["--kafka", _mesh_brokers[base][0]]
+
+
+@atexit.register
+def _stop_mesh_brokers() -> None:
+    while _mesh_brokers:
+        _mesh_brokers.popitem()[1][1].close()
+
+
+def mesh_stop_note(state: dict) -> str:
+    """What `up` and `down` of the mesh described by `state` (mesh.json) say is kept and lost."""
+    from schedmesh.cli.supervisor import EMBEDDED_BROKER_LOSES, external_broker_keeps
+    return external_broker_keeps(state["bootstrap"]) if state.get("external_kafka") else EMBEDDED_BROKER_LOSES
 
 
 class ServiceProc:

@@ -15,10 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ("filter_worker", "score_worker", "binder", "kubelet_agent", "queue_manager")
 
 
-def schedmesh(*args: str, cwd: Path, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    return subprocess.run([sys.executable, "-m", "schedmesh.cli.main", *args], cwd=cwd, env=env, input=input,
-                          capture_output=True, text=True, timeout=timeout)
+def schedmesh(*args: str, cwd: Path, input: str | None = None, timeout: float = 120,
+              env: dict | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return subprocess.run([sys.executable, "-m", "schedmesh.cli.main", *args], cwd=cwd, env={**base, **(env or {})},
+                          input=input, capture_output=True, text=True, timeout=timeout)
 
 
 def _missing_services() -> list[str]:
@@ -52,7 +53,9 @@ def mesh(tmp_path_factory):
     if missing:
         pytest.skip(f"services not written yet: {', '.join(missing)}")
     d = tmp_path_factory.mktemp("mesh")
-    r = schedmesh("up", "--detach", "--filter-workers", "1", "--score-workers", "1", cwd=d, timeout=150)
+    # every cycle's plugins timed, for test_shards_serve_kubes_framework_metrics_and_their_request_latency
+    r = schedmesh("up", "--detach", "--filter-workers", "1", "--score-workers", "1", cwd=d, timeout=150,
+                  env={"SCHEDMESH_PLUGIN_METRICS_SAMPLE_PERCENT": "100"})
     if r.returncode != 0:
         pytest.fail(f"schedmesh up failed:\n{r.stdout}\n{r.stderr}")
     assert (d / ".schedmesh" / "mesh.json").exists()
@@ -136,3 +139,47 @@ def test_apply_get_describe_delete(mesh: Path) -> None:
     assert r.returncode == 0, r.stderr
     r = schedmesh("describe", "pod", "no-such-pod", cwd=mesh)
     assert r.returncode == 2 and r.stderr.startswith("schedmesh: error: ")
+
+
+def test_shards_serve_kubes_framework_metrics_and_their_request_latency(mesh: Path) -> None:
+    """With filter and score workers, Filter and Score run on them: each shard's /metrics has those
+    extension points and their plugins (the same framework code as the queue-manager's), and the
+    latency of the requests it served."""
+    import json
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = schedmesh("apply", "-f", "-", cwd=mesh, input=GOOD_POD.replace("name: hello", "name: probe"))
+    assert r.returncode == 0, r.stderr
+    deadline = time.time() + 30
+    while True:
+        rows = [line.split() for line in schedmesh("get", "pods", "-o", "wide", cwd=mesh).stdout.splitlines()[1:]]
+        if any(r[1] == "probe" and r[7] != "<none>" for r in rows if len(r) > 7):  # NAME, NODE
+            break
+        assert time.time() < deadline, f"probe not bound: {rows}"
+        time.sleep(0.5)
+    procs = {p["name"]: p for p in json.loads((mesh / ".schedmesh" / "mesh.json").read_text())["procs"]}
+
+    def counts(name: str) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{procs[name]['metrics_port']}/metrics", timeout=10) as resp:
+            fams = {f.name: f for f in text_string_to_metric_families(resp.read().decode())}
+        out = {}
+        for fam, keys in (("scheduler_framework_extension_point_duration_seconds", ("extension_point", "status")),
+                          ("scheduler_plugin_execution_duration_seconds", ("plugin", "extension_point")),
+                          ("schedmesh_shard_request_duration_seconds", ("shard", "method"))):
+            for s in fams[fam].samples:
+                if s.name == fam + "_count":
+                    out[(fam, *(s.labels[k] for k in keys))] = s.value
+        return out
+
+    point, plugin, shard = ("scheduler_framework_extension_point_duration_seconds",
+                            "scheduler_plugin_execution_duration_seconds", "schedmesh_shard_request_duration_seconds")
+    fw, sw = counts("filter-worker-0"), counts("score-worker-0")
+    for got, want in ((fw, [(point, "PreFilter", "Success"), (point, "Filter", "Success"),
+                            (plugin, "NodeResourcesFit", "Filter"), (shard, "filter-worker-0", "filter")]),
+                      (sw, [(point, "PreScore", "Success"), (point, "Score", "Success"),
+                            (plugin, "NodeResourcesBalancedAllocation", "Score"), (shard, "score-worker-0", "score")])):
+        for key in want:
+            assert got.get(key, 0) >= 1, (key, sorted(got))
+    assert schedmesh("delete", "pod", "probe", cwd=mesh).returncode == 0

@@ -64,7 +64,8 @@ def ok(r: subprocess.CompletedProcess) -> str:
 def mesh():
     # outside pytest's numbered base directories: concurrent pytest runs prune each other's old ones
     d = Path(tempfile.mkdtemp(prefix="schedmesh-cli-live-"))
-    r = schedmesh("up", "--detach", cwd=d, timeout=240)
+    # every cycle's plugins timed (kube's 10 % would make the plugin metric's samples a matter of luck)
+    r = schedmesh("up", "--detach", cwd=d, timeout=240, env={"SCHEDMESH_PLUGIN_METRICS_SAMPLE_PERCENT": "100"})
     if r.returncode != 0:
         pytest.fail(f"schedmesh up failed:\n{r.stdout}\n{r.stderr}")
     try:
@@ -243,14 +244,24 @@ def test_server_flag_drives_a_mesh_started_in_another_directory(mesh: Path, tmp_
     assert r.returncode == 2 and "127.0.0.1:1" in r.stderr
     r = schedmesh("get", "pods", "--context", "missing", "--config-file", str(config), cwd=elsewhere)
     assert r.returncode == 2 and "no context named 'missing'" in r.stderr
-    # get services, remote: the scheduler names its peers, each health-checked from here
-    services = yaml.safe_load(ok(schedmesh("get", "services", "-o", "yaml", "--server", st["scheduler"], *creds,
-                                           "--token", token, cwd=elsewhere)))["services"]
+    # get services, remote: the scheduler names every service of the mesh, the kubelet agent too,
+    # with its address and /metrics as configured; each is health-checked from here (and it says so)
+    listing = yaml.safe_load(ok(schedmesh("get", "services", "-o", "yaml", "--server", st["scheduler"], *creds,
+                                          "--token", token, cwd=elsewhere)))
+    services = listing["services"]
     by_name = {s["name"]: s for s in services}
     assert by_name["queue-manager"]["address"] == st["scheduler"]
-    assert by_name["queue-manager"]["metrics"].startswith("http://127.0.0.1:")
-    assert {"binder", "preemption", "controller-manager"} <= set(by_name)
+    local = {p["name"]: p for p in st["procs"] if p["name"] != "broker"}
+    assert set(by_name) == set(local), (sorted(by_name), sorted(local))
+    for name, p in local.items():
+        assert by_name[name]["address"] == f"127.0.0.1:{p['port']}", (name, by_name[name])
+        assert by_name[name]["metrics"] == f"http://127.0.0.1:{p['metrics_port']}/metrics", (name, by_name[name])
+        scrape(by_name[name]["metrics"])  # and it answers
     assert all(s["health"] == "SERVING" for s in services), services
+    assert "checked from this machine" in listing["note"]
+    r = schedmesh("get", "services", "--server", st["scheduler"], *creds, "--token", token, cwd=elsewhere)
+    assert r.returncode == 0 and "HEALTH was checked from this machine's network" in r.stderr, r.stderr
+    assert "kubelet-agent" in r.stdout and "note" not in r.stdout  # the table stays parseable
     ok(schedmesh("delete", "pod", "from-afar", cwd=mesh))
 
 
@@ -309,6 +320,24 @@ def test_every_service_serves_metrics_with_kube_schedulers_names(mesh: Path) -> 
     assert sum(s.value for s in sli) >= len(SCHEDULED) and all("attempts" in s.labels for s in sli)
     buckets = {s.labels["le"] for s in samples(qm["scheduler_pod_scheduling_sli_duration_seconds"], "_bucket")}
     assert {"0.01", "0.02", "+Inf"} <= buckets  # kube's ExponentialBuckets(0.01, 2, 20)
+    # kube's framework metrics: every extension point the cycles ran (the mesh has no shards: the
+    # queue-manager filters and scores), and the plugins one by one (every cycle is sampled here)
+    points = {(s.labels["extension_point"], s.labels["status"]): s.value
+              for s in samples(qm["scheduler_framework_extension_point_duration_seconds"], "_count")
+              if s.labels["profile"] == "default-scheduler"}
+    for point in ("PreFilter", "Filter", "PreScore", "Score", "Reserve", "Permit", "PreBind", "Bind", "PostBind"):
+        assert points.get((point, "Success"), 0) >= 1, (point, points)
+    post_filter = [s for fams in (qm, families["preemption"])  # in the preemption service when it is asked
+                   for s in samples(fams["scheduler_framework_extension_point_duration_seconds"], "_count")
+                   if s.labels["extension_point"] == "PostFilter"]
+    assert sum(s.value for s in post_filter) >= 1, post_filter
+    plugins = {(s.labels["plugin"], s.labels["extension_point"]): s.value
+               for s in samples(qm["scheduler_plugin_execution_duration_seconds"], "_count")}
+    for plugin, point in (("NodeResourcesFit", "PreFilter"), ("NodeResourcesFit", "Filter"),
+                          ("NodeResourcesBalancedAllocation", "Score"), ("DefaultBinder", "Bind")):
+        assert plugins.get((plugin, point), 0) >= 1, (plugin, point, sorted(plugins))
+    # the binder's admission check is no scheduler's: none of kube's framework metrics there
+    assert not samples(families["binder"]["scheduler_framework_extension_point_duration_seconds"], "_count")
     # the mesh's own, by name, on each service that does the work
     for name in ("queue-manager", "binder", "preemption", "controller-manager"):
         fams = families[name]
@@ -324,3 +353,42 @@ def test_pending_pods_and_incoming_pods_follow_the_queue(mesh: Path) -> None:
     assert pending.get("unschedulable") == 1, pending  # the `huge` pod
     incoming = samples(qm["scheduler_queue_incoming_pods"], "_total")
     assert sum(s.value for s in incoming if s.labels["queue"] == "active") >= 3, incoming
+
+
+def test_binder_conflicts_are_counted_by_kind(mesh: Path) -> None:
+    """A binding the binder refuses (here: a pod already bound, sent again to another node, as a
+    queue-manager with a stale view would) is counted by the kind of refusal, not by pod."""
+    from schedmesh.security.credentials import TLSFiles, channel
+    from schedmesh.security.local import mesh_channel
+    from schedmesh.security.pki import PKIFiles
+    from schedmesh.v1 import binder_pb2, binder_pb2_grpc, queue_pb2, queue_pb2_grpc
+
+    st = json.loads((mesh / ".schedmesh" / "mesh.json").read_text())
+    procs = {p["name"]: p for p in st["procs"]}
+    api = mesh_channel(st)
+    try:
+        scheduler = queue_pb2_grpc.SchedulerStub(api)
+        web = next(v.pod for v in scheduler.GetPods(queue_pb2.GetRequest(), timeout=30).pods
+                   if v.pod.metadata.name == "web-1")
+        other = next(v.node.metadata.name for v in scheduler.GetNodes(queue_pb2.GetRequest(), timeout=30).nodes
+                     if v.node.metadata.name != web.node_name)
+    finally:
+        api.close()
+    url = _metrics_urls(mesh)["binder"]
+
+    def conflicts() -> dict:
+        return {s.labels["reason"]: s.value for s in samples(scrape(url)["schedmesh_binder_conflicts"], "_total")}
+
+    before = conflicts().get("already bound", 0)
+    # only the queue-manager may bind: its certificate, as the mesh gave it
+    qm = PKIFiles(Path(st["ca"]).parent, "queue-manager")
+    ch = channel(f"127.0.0.1:{procs['binder']['port']}", TLSFiles(str(qm.ca), str(qm.cert), str(qm.key)))
+    try:
+        resp = binder_pb2_grpc.BinderStub(ch).Bind(binder_pb2.BindRequest(pod=web, node_name=other,
+                                                                           client_id="test"), timeout=30)
+    finally:
+        ch.close()
+    assert not resp.bound and "is already bound to" in resp.reason, resp
+    after = conflicts()
+    assert after.get("already bound", 0) == before + 1, after
+    assert not any("web-1" in reason for reason in after), after  # no pod names in label values

@@ -44,6 +44,7 @@ def test_sdist_and_wheel_install_into_a_fresh_venv_and_run(tmp_path: Path) -> No
         top = names[0].split("/")[0]
         assert any(n.endswith("protos/schedmesh/v1/queue.proto") for n in names)
         assert any(n.endswith("requirements.lock") for n in names)
+        assert any(n.endswith("requirements-build.lock") for n in names)  # the image's build tools
         assert not any(n.endswith("_pb2.py") for n in names), "generated code must not be in the sdist"
         tar.extractall(tmp_path, filter="data")
     wheel = hook("build_wheel", dist, tmp_path / top)  # the wheel is built from the sdist's tree

@@ -137,10 +137,80 @@ def test_nodepool_configmap_matches_demo_pool():
 def test_dockerfile_generates_protos_and_runs_non_root():
     text = (ROOT / "Dockerfile").read_text()
     assert text.startswith("#") and "FROM python:3.11-slim" in text
-    assert "grpc_tools.protoc" in text and "pip install ." in text
+    assert "grpc_tools.protoc" in text and "pip wheel --no-build-isolation --no-deps --wheel-dir /tmp/wheels ." in text
     assert re.search(r"^USER (?!root|0)", text, re.M)
     ignored = (ROOT / ".dockerignore").read_text()
     assert "*_pb2.py" in ignored and ".venv" in ignored
+
+
+def _lock_pins(path: Path) -> dict[str, str]:
+    """name -> version of a `uv pip compile` lock file (names canonical: lower case, '-')."""
+    from packaging.utils import canonicalize_name
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep and version, f"{path.name}: {line!r} is not pinned with =="
+            pins[canonicalize_name(name.split("[")[0])] = version
+    return pins
+
+
+def _dockerfile_stages() -> list[list[str]]:
+    """The Dockerfile's stages, each a list of its instructions (continuation lines joined)."""
+    stages: list[list[str]] = []
+    for instr in re.sub(r"\\\n\s*", " ", (ROOT / "Dockerfile").read_text()).splitlines():
+        instr = instr.strip()
+        if not instr or instr.startswith("#"):
+            continue
+        if instr.startswith("FROM "):
+            stages.append([])
+        stages[-1].append(instr)
+    return stages
+
+
+def test_dockerfile_builds_with_the_locked_build_tools_without_build_isolation():
+    """`pip install .` with build isolation would fetch the newest setuptools and grpcio-tools
+    for the build: their generated code could need a protobuf newer than the lock's. The image
+    installs the build tools of requirements-build.lock (the versions `make protos` uses here,
+    the protobuf and grpcio of requirements.lock) and builds with them."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    build_stage, final_stage = _dockerfile_stages()
+    runs = [i.removeprefix("RUN ") for i in build_stage if i.startswith("RUN ")]
+    pip_calls = [c.strip() for run in runs for c in run.split("&&") if re.search(r"\bpip (install|wheel)\b", c)]
+    assert pip_calls
+    for call in pip_calls:  # nothing is resolved at build time: a lock, or the project without its deps
+        assert re.search(r"-r /tmp/requirements(-build)?\.lock$", call) or "--no-deps" in call, call
+        if " wheel " in f" {call} " or call.endswith(" ."):
+            assert call.startswith("/opt/build/bin/pip wheel --no-build-isolation --no-deps"), call
+    assert "/opt/build/bin/pip install -r /tmp/requirements-build.lock" in pip_calls
+    assert any(re.fullmatch(r"pip install --no-deps /tmp/wheels/schedmesh-\*\.whl", c) for c in pip_calls), pip_calls
+    copies = " ".join(i for i in build_stage if i.startswith("COPY "))
+    assert "requirements.lock" in copies and "requirements-build.lock" in copies
+    # the build tools stay in the build stage
+    assert [i for i in final_stage if "--from=build" in i] == ["COPY --from=build /opt/schedmesh /opt/schedmesh"]
+
+    build, runtime = _lock_pins(ROOT / "requirements-build.lock"), _lock_pins(ROOT / "requirements.lock")
+    dev = _lock_pins(ROOT / "requirements-dev.lock")
+    for spec in tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]:
+        req = Requirement(spec)
+        name = canonicalize_name(req.name)
+        assert name in build and req.specifier.contains(build[name]), (spec, build.get(name))
+        if name in dev:  # what `make protos` generates with here
+            assert build[name] == dev[name], name
+    shared = set(build) & set(runtime)
+    assert {"protobuf", "grpcio"} <= shared
+    assert {n: build[n] for n in shared} == {n: runtime[n] for n in shared}
+    # `make lock` writes it, from pyproject.toml's build requirements, constrained by the other locks
+    lock = re.search(r"^lock:.*?(?=^\S)", (ROOT / "Makefile").read_text(), re.M | re.S).group(0)
+    assert "['build-system']['requires']" in lock and "-o requirements-build.lock" in lock
+    assert "-c requirements.lock" in lock and "-c requirements-dev.lock" in lock
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert not any(p in ignored for p in ("requirements-build.lock", "*.lock", "requirements*"))
 
 
 def _entrypoint():
@@ -298,7 +368,37 @@ def test_grafana_dashboard_uses_only_defined_metrics():
     assert {"scheduler_schedule_attempts_total", "scheduler_scheduling_attempt_duration_seconds",
             "scheduler_pending_pods", "schedmesh_shard_request_duration_seconds",
             "schedmesh_binder_conflicts_total", "schedmesh_evictions_total",
-            "schedmesh_kafka_consumer_lag"} <= used
+            "schedmesh_kafka_consumer_lag", "scheduler_framework_extension_point_duration_seconds",
+            "scheduler_plugin_execution_duration_seconds"} <= used
+
+
+def test_grafana_queries_group_by_labels_their_metrics_have():
+    """Every `by (...)` label is a label of the metric the query reads (`le` of a histogram's
+    buckets), every {{label}} of a legend is one of them, and a quantile is taken over buckets
+    grouped by `le`. The extension point panel is kube's: per extension point and profile."""
+    import json
+
+    from schedmesh.telemetry.metrics import ALL_METRICS, metric_names
+
+    defined = metric_names()
+    labels = {m._name + ("_total" if defined.get(m._name + "_total") == "counter" else ""): set(m._labelnames)
+              for m in ALL_METRICS}
+    for f in sorted(DASHBOARDS.glob("*.json")):
+        for panel in json.loads(f.read_text())["panels"]:
+            for target in panel["targets"]:
+                expr, where = target["expr"], f"{f.name} / {panel['title']}"
+                series = re.findall(r"\b(?:scheduler|schedmesh)_[a-z0-9_]+", expr)
+                have = set().union(*(labels[_series_to_metric(s, defined)] | ({"le"} if s.endswith("_bucket") else set())
+                                     for s in series))
+                grouped = [set(re.split(r"\s*,\s*", g.strip())) for g in re.findall(r"\bby \(([^)]*)\)", expr)]
+                for g in grouped:
+                    assert g <= have, f"{where}: groups by {sorted(g - have)}, which {series} do not have"
+                legend = set(re.findall(r"{{\s*(\w+)\s*}}", target.get("legendFormat", "")))
+                assert not grouped or legend <= set.union(*grouped), f"{where}: legend {legend} not grouped by"
+                if "histogram_quantile" in expr:
+                    assert all(s.endswith("_bucket") for s in series) and all("le" in g for g in grouped), where
+                if "scheduler_framework_extension_point_duration_seconds" in expr:
+                    assert grouped == [{"le", "extension_point", "profile"}], where
 
 
 def test_grafana_provisioning_points_at_the_dashboards_and_prometheus():
@@ -309,3 +409,54 @@ def test_grafana_provisioning_points_at_the_dashboards_and_prometheus():
     assert mounts[provider["options"]["path"]] == "./deploy/grafana/dashboards"
     [source] = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())["datasources"]
     assert source["url"] == "http://prometheus:9090" and source["uid"] == "prometheus"
+
+
+def _listed_services(qm_env: dict, qm_args: list[str]) -> dict:
+    """What the queue-manager of a deployment lists in GetServices: name -> (address, metrics URL)."""
+    from schedmesh.mesh.scheduler.services import mesh_services
+    from schedmesh.mesh.scheduler.state import QueueManagerConfig
+
+    args, env = _entrypoint().build(["python", "-m", "services.queue_manager", *qm_args], qm_env)
+    flag = lambda name: args[args.index(name) + 1] if name in args else ""  # noqa: E731
+    split = lambda v: [a for a in v.split(",") if a]  # noqa: E731
+    cfg = QueueManagerConfig(filter_workers=split(flag("--filter-workers")), score_workers=split(flag("--score-workers")),
+                             binder=flag("--binder"), preemption=flag("--preemption") or None)
+    return {s.name: (s.address, s.metrics_url) for s in mesh_services(cfg, "http://0.0.0.0:9464/metrics", env)}
+
+
+def _assert_every_service_listed_with_its_metrics(listed: dict, kinds: set[str]) -> None:
+    names = {re.sub(r"-\d+$", "", n) for n in listed}
+    assert kinds <= names, kinds - names
+    for name, (address, url) in listed.items():
+        if name == "queue-manager":
+            continue
+        host = address.rsplit(":", 1)[0]
+        # the URL Prometheus scrapes: the service's host, the metrics port every container has
+        assert url == f"http://{host}:{METRICS_PORT}/metrics", (name, address, url)
+
+
+def test_compose_queue_manager_lists_every_service_with_its_metrics():
+    services = _compose()["services"]
+    qm = services["queue-manager"]
+    env = {k: str(v) for k, v in qm["environment"].items()}
+    env = {k: re.sub(r"\$\{(\w+):-([^}]*)\}", r"\2", v) for k, v in env.items()}  # compose's ${VAR:-default}
+    listed = _listed_services(env, qm["command"][3:])
+    _assert_every_service_listed_with_its_metrics(
+        listed, {"queue-manager", "filter-worker", "score-worker", "binder", "preemption", "controller-manager",
+                 "kubelet-agent"})
+    assert listed["kubelet-agent"][0] == f"kubelet-agent:{PORT}" and "kubelet-agent" in services
+    assert env["SCHEDMESH_PEER_METRICS_PORT"] == services["kubelet-agent"]["environment"]["SCHEDMESH_METRICS_PORT"]
+
+
+def test_kubernetes_queue_manager_lists_every_service_with_its_metrics():
+    by_kind = _k8s_by_kind()
+    [container] = by_kind["Deployment"]["queue-manager"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    env |= {"SCHEDMESH_FILTER_SHARDS": "2", "SCHEDMESH_SCORE_SHARDS": "2"}  # the schedmesh-shards ConfigMap's
+    listed = _listed_services(env, container["args"][3:])
+    _assert_every_service_listed_with_its_metrics(
+        listed, {"queue-manager", "filter-worker", "score-worker", "binder", "preemption", "controller-manager",
+                 "kubelet-agent"})
+    for name, (address, _) in listed.items():  # every address a Service of the manifests answers to
+        service = re.sub(r"-\d+\.(\S+)$", "", address.rsplit(":", 1)[0]) if address else "queue-manager"
+        assert service in by_kind["Service"], (name, address)

@@ -2,7 +2,9 @@
 score workers, binder, kubelet agent, each its own process), checked from the outside:
 
 * one pod's scheduling attempt is one trace across at least four services, with correct
-  parent links (a real OTLP/gRPC receiver in the test);
+  parent links and kube's k8s.* span attributes (a real OTLP/gRPC receiver in the test);
+* the queue-manager's JSON log lines of an attempt, bound or unschedulable, carry its pod and
+  trace id (the mesh runs with SCHEDMESH_LOG_FORMAT=json, SCHEDMESH_VERBOSITY=4);
 * killing a filter worker while pods are being scheduled (the supervisor restarts it) loses no pod
   and binds none twice.
 """
@@ -26,6 +28,8 @@ from schedmesh.telemetry.testing import OtlpTraceReceiver
 from schedmesh.mesh.records import PodTopicFold
 from schedmesh.security.local import mesh_channel
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
+
+from tests.mesh_harness import EXTERNAL_KAFKA, SKIP_EMBEDDED_BROKER_KILL, up_kafka_args
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEDMESH = [sys.executable, "-m", "schedmesh.cli.main"]
@@ -95,9 +99,12 @@ def mesh(tmp_path_factory):
     (base / "pool.yaml").write_text(POOL)
     with OtlpTraceReceiver() as receiver:
         env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_TRACES_EXPORTER": "otlp",
-               "OTEL_BSP_SCHEDULE_DELAY": "200", "PYTHONPATH": str(ROOT)}
+               "OTEL_BSP_SCHEDULE_DELAY": "200", "PYTHONPATH": str(ROOT),
+               # kube's JSON lines at -v=4 (kube's debug level: the queue's moves too)
+               "SCHEDMESH_LOG_FORMAT": "json", "SCHEDMESH_VERBOSITY": "4"}
         up = subprocess.run([*SCHEDMESH, "up", "--detach", "--filter-workers", "2", "--score-workers", "2",
-                             "--pool", "pool.yaml"], cwd=base, env=env, capture_output=True, text=True, timeout=240)
+                             "--pool", "pool.yaml", *up_kafka_args(base)], cwd=base, env=env, capture_output=True,
+                            text=True, timeout=240)
         assert up.returncode == 0, up.stderr
         m = RunningMesh(base, env)
         m.receiver = receiver
@@ -129,6 +136,16 @@ def test_one_trace_across_the_services(mesh) -> None:
     by_id = {s.span_id: s for s in spans}
     roots = [s for s in spans if s.parent_span_id is None]
     assert [r.name for r in roots] == ["schedule_pod"], "one root per attempt"
+    # kube's / OpenTelemetry's k8s.* names on every span about the pod, in every service
+    node = mesh.bound("traced")["traced-0"]
+    uid = mesh.stub.DescribePod(queue_pb2.DescribeRequest(namespace="default", name="traced-0")).pod.pod.metadata.uid
+    want = {"k8s.pod.name": "traced-0", "k8s.namespace.name": "default", "k8s.node.name": node}
+    for name in ("schedule_pod", "bind", "start_pod"):
+        span = next(s for s in spans if s.name == name)
+        assert {k: span.attributes.get(k) for k in want} == want, (name, span.attributes)
+        assert span.attributes.get("k8s.pod.uid") == uid, (name, span.attributes)
+        assert not {"pod", "node", "schedmesh.pod", "schedmesh.node"} & span.attributes.keys(), span.attributes
+    assert next(s for s in spans if s.name == "select").attributes.get("k8s.node.name") == node
     for s in spans:  # every span leads up to the attempt's root through its parents
         hops = 0
         while s.parent_span_id is not None:
@@ -137,6 +154,82 @@ def test_one_trace_across_the_services(mesh) -> None:
             hops += 1
             assert hops < 50
         assert s is roots[0]
+
+
+# scheduling_queue's lines: a move at the end of an attempt; those on a watch event
+_AFTER_ATTEMPT = "after a failed attempt"
+_EVENT_LINES = (" by its update (", " updated while in flight", " gated by ")
+
+
+def _json_lines(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:  # a line being written
+                pass
+    return out
+
+
+@pytest.mark.timeout(200)
+def test_every_line_of_an_attempt_carries_its_trace_id_and_pod(mesh) -> None:
+    """kube's -v=2 attempt lines ("Successfully bound pod to node", "Unable to schedule pod; no
+    fit; waiting") and every other queue-manager line about a pod's attempt (the binding thread,
+    the queue's moves) carry that pod and the attempt's trace id, which DescribePod shows too."""
+    mesh.apply(pods_manifest("logged", 1))
+    mesh.apply(pods_manifest("toobig", 1, cpu="100"))  # no node has 100 cpus: unschedulable
+    node = mesh.wait_bound("logged", 1)["logged-0"]
+    log_file = Path(mesh.proc("queue-manager")["log"])
+    bound_key, failed_key = "default/logged-0", "default/toobig-0"
+
+    def seen() -> list[dict] | None:
+        lines = _json_lines(log_file)
+        msgs = {(ln.get("pod"), ln["msg"]) for ln in lines}
+        if ((bound_key, "Successfully bound pod to node") in msgs
+                and (failed_key, "Unable to schedule pod; no fit; waiting") in msgs
+                and any(ln.get("pod") == failed_key and _AFTER_ATTEMPT in ln["msg"] for ln in lines)):
+            return lines
+        return None
+    deadline = time.time() + 60
+    while (lines := seen()) is None:
+        assert time.time() < deadline, f"attempt lines missing from {log_file}"
+        time.sleep(0.5)
+
+    def describe(name: str):
+        return mesh.stub.DescribePod(queue_pb2.DescribeRequest(namespace="default", name=name)).pod
+
+    for key in (bound_key, failed_key):
+        # every line about the pod: those naming it in the message, those tagged with it
+        about = [ln for ln in lines if key in ln["msg"] or ln.get("pod") == key]
+        assert about
+        untagged = [ln for ln in about if ln.get("pod") != key]
+        assert not untagged, f"lines about {key} without its pod: {untagged}"
+        # and every one logged by an attempt carries its trace id: all but the queue's lines on a
+        # watch event (the pod's own update), which happen outside any attempt
+        traceless = [ln for ln in about if len(ln.get("trace_id", "")) != 32
+                     and not any(event in ln["msg"] for event in _EVENT_LINES)]
+        assert not traceless, f"lines about {key} without a trace id: {traceless}"
+
+    [ok] = [ln for ln in lines if ln["msg"] == "Successfully bound pod to node" and ln["pod"] == bound_key]
+    assert ok["v"] == 2 and ok["node"] == node and ok["evaluatedNodes"] >= ok["feasibleNodes"] >= 1
+    assert ok["trace_id"] == describe("logged-0").trace_id
+    no_fit = [ln for ln in lines if ln["msg"] == "Unable to schedule pod; no fit; waiting" and ln["pod"] == failed_key]
+    assert all(ln["v"] == 2 and ln["err"].startswith("0/") and "Insufficient cpu" in ln["err"] for ln in no_fit)
+    moved = [ln for ln in lines if ln.get("pod") == failed_key and _AFTER_ATTEMPT in ln["msg"]]
+    attempts = {ln["trace_id"] for ln in no_fit}
+    assert {ln["trace_id"] for ln in moved} <= attempts, "a move after a failed attempt is logged in that attempt"
+    assert any(ln["msg"].startswith(f"pod {failed_key} moved to unschedulable") for ln in moved)
+    # DescribePod's trace id is an attempt's that logged those lines (a later attempt's, read
+    # after the lines were, may be logged a moment later)
+    tid = describe("toobig-0").trace_id
+    deadline = time.time() + 15
+    while tid not in attempts and time.time() < deadline:
+        time.sleep(0.3)
+        attempts = {ln.get("trace_id") for ln in _json_lines(log_file) if ln.get("pod") == failed_key
+                    and ln["msg"] == "Unable to schedule pod; no fit; waiting"}
+    assert tid in attempts
+    mesh.stub.Delete(queue_pb2.DeleteRequest(kind="pod", namespace="default", name="toobig-0"))
 
 
 GATED = """apiVersion: v1
@@ -215,6 +308,7 @@ def test_killing_a_filter_worker_loses_no_pod_and_binds_none_twice(mesh) -> None
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.skipif(bool(EXTERNAL_KAFKA), reason=SKIP_EMBEDDED_BROKER_KILL)
 def test_broker_restart_loses_nothing_that_is_owned(mesh) -> None:
     """The embedded broker keeps topics in memory only. After it restarts empty, agents
     re-register their nodes and running pods, the queue-manager re-publishes what was applied

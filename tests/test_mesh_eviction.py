@@ -97,6 +97,18 @@ class Mesh:
     def gone(self, name: str, timeout: float = 60.0) -> None:
         self.wait(f"{name} gone", lambda: name not in self.pods(), timeout)
 
+    def evictions(self) -> dict[str, float]:
+        """schedmesh_evictions_total by reason, as the controller-manager's /metrics says."""
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+        procs = {p["name"]: p for p in json.loads((self.base / ".schedmesh" / "mesh.json").read_text())["procs"]}
+        url = f"http://127.0.0.1:{procs['controller-manager']['metrics_port']}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            fams = {f.name: f for f in text_string_to_metric_families(resp.read().decode())}
+        return {s.labels["reason"]: s.value for s in fams["schedmesh_evictions"].samples
+                if s.name == "schedmesh_evictions_total"}
+
 
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory):
@@ -114,6 +126,7 @@ def mesh(tmp_path_factory):
 
 @pytest.mark.timeout(300)
 def test_budget_refuses_eviction_and_drain_waits_for_it(mesh: Mesh) -> None:
+    evicted_before = mesh.evictions().get("EvictionAPI", 0)
     mesh.apply(pdb("web-pdb", "web", "2"), pod("web-0", "web", "node-0"), pod("web-1", "web", "node-1"),
                pod("web-2", "web", "node-2"))
     mesh.running("web-0", "web-1", "web-2")
@@ -155,6 +168,9 @@ def test_budget_refuses_eviction_and_drain_waits_for_it(mesh: Mesh) -> None:
     assert f'error when evicting pods/"web-1" -n "default" (will retry after 5s): {VIOLATES}' in err
     assert "web-1" not in mesh.pods()
     assert mesh.pods()["web-3"].pod.node_name == "node-0"
+    # the controller-manager counts the evictions the API made (web-0, then web-1 by the drain),
+    # not the ones the budget refused
+    assert mesh.evictions().get("EvictionAPI", 0) - evicted_before == 2
 
 
 @pytest.mark.timeout(240)
@@ -194,8 +210,17 @@ def test_taints_added_and_removed(mesh: Mesh) -> None:
     tolerates = "  tolerations: [{key: maintenance, operator: Exists, effect: NoExecute}]\n"
     mesh.apply(pod("stays-0", "other", "node-0", tolerates))
     mesh.running("stays-0")
+    evicted_before = mesh.evictions()
+    victims = sorted(n for n, v in mesh.pods().items() if v.pod.node_name == "node-0" and n != "stays-0")
+    assert "pinned-0" in victims  # and whatever earlier tests left there
     r = mesh.cli("taint", "nodes", "node-0", "maintenance=now:NoExecute")
     assert r.returncode == 0, r.stderr
-    mesh.gone("pinned-0")
+    for name in victims:
+        mesh.gone(name)
     assert mesh.pods()["stays-0"].pod.phase == "Running"
+    # counted by reason: the taint manager evicted each pod there but stays-0, which tolerates it
+    evicted = mesh.evictions()
+    assert evicted.get("TaintManagerEviction", 0) - evicted_before.get("TaintManagerEviction", 0) == len(victims), \
+        (victims, evicted_before, evicted)
+    assert evicted.get("EvictionAPI", 0) == evicted_before.get("EvictionAPI", 0)
     assert mesh.cli("taint", "nodes", "node-0", "maintenance-").returncode == 0

@@ -41,6 +41,7 @@ from schedmesh.framework.interface import CycleState
 from schedmesh.framework.profile import default_profile
 from schedmesh.framework.runtime import Framework
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, ClusterCache
+from schedmesh.mesh.batch import batchable
 from schedmesh.mesh.fanout import FanOutEvaluator
 from schedmesh.mesh.records import node_record, pod_batch_record, pod_message, publish
 from schedmesh.mesh.runtime import CacheFollower
@@ -135,7 +136,16 @@ def exact_quota_cluster() -> Cluster:
     return _isolate("eq-", nodes, fillers, pending)
 
 
+def one_slot_cluster() -> Cluster:
+    """Every node has room for one more pod: each pod assumed makes its node infeasible for the
+    pods after it (in a batch: a verdict the shards gave that the queue-manager must correct)."""
+    nodes, _, pending = scheduling_basic(N_NODES, 0, 60, seed=41)
+    fillers = [make_pod(f"filler-{n.meta.name}", cpu="3900m", node_name=n.meta.name) for n in nodes]
+    return _isolate("os-", nodes, fillers, pending)
+
+
 CLUSTERS = {"SchedulingBasic": scheduling_basic_cluster, "Mixed": mixed_cluster}
+BATCH_CLUSTERS = {**CLUSTERS, "OneSlot": one_slot_cluster}
 EDGE_CLUSTERS = {"ExactQuota": exact_quota_cluster}
 
 
@@ -246,7 +256,7 @@ def published(request, mesh: Mesh) -> Iterator[Published]:
     """One cluster on the broker (nodes in order on the single-partition nodes topic, the
     bound pods as one batch) and its in-process decisions; deleted again afterwards."""
     name = request.param
-    c = {**CLUSTERS, **EDGE_CLUSTERS}[name]()
+    c = {**BATCH_CLUSTERS, **EDGE_CLUSTERS}[name]()
     bound = [pod_message(p) for p in c.bound]
     asyncio.run(_publish(mesh.bootstrap, [node_record(n) for n in c.nodes] + [pod_batch_record(bound)]))
     order, want = in_process_decisions(c)
@@ -280,8 +290,29 @@ def _wait_caught_up(evaluator: FanOutEvaluator, view: spb.ClusterView, pod: Pod,
                 time.sleep(0.1)  # a worker waits up to 5 s for the offsets before it says so
 
 
+@dataclass
+class BatchUse:
+    """How much of a batched run the shards' answers decided (so a silent fallback to pod by
+    pod cannot pass for the batched path)."""
+    batchable: int = 0
+    answered: int = 0  # pods whose Filter came from a batch
+    local_rows: int = 0  # rows re-evaluated for nodes changed since the batch's view
+
+
+def runs(fw: Framework, pending: list[Pod], size: int) -> Iterator[list[Pod]]:
+    """The queue-manager's runs: consecutive node-local pods, up to `size`, plus the pod that
+    ends the run (attempted after them, pod by pod)."""
+    i = 0
+    while i < len(pending):
+        run = [pending[i]]
+        while size and len(run) < size and i + len(run) < len(pending) and batchable(fw, run[-1]):
+            run.append(pending[i + len(run)])
+        i += len(run)
+        yield run
+
+
 def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list[str]], client: str,
-                   pending: list[Pod]) -> list[Decision]:
+                   pending: list[Pod], batch_size: int = 0, use: Optional[BatchUse] = None) -> list[Decision]:
     assumed: list[spb.PodAssignment] = []  # what the queue-manager has assumed, in order
 
     def view() -> spb.ClusterView:
@@ -295,19 +326,30 @@ def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list
         fw = Framework(default_profile(), snapshot_fn=lambda: cache.snapshot)
         algo = SchedulingAlgorithm(tie_break="name", evaluator=evaluator)
         out = []
-        for pod in pending:
-            with cache.lock:
-                d = decide(algo, fw, cache.snapshot, pod)
-                if d.node is not None:  # assume, here and (through the view) on the workers
-                    cache.snapshot.add_pod(pod, d.node)
-                    assumed.append(spb.PodAssignment(pod=convert.pod_to_proto(pod), node_name=d.node))
-            out.append(d)
+        for run in runs(fw, pending, batch_size):
+            items = [(fw, p) for p in run if batchable(fw, p)]
+            if batch_size and len(items) > 1:
+                evaluator.begin_batch(algo, items, cache.lock, lambda: cache.snapshot, None)
+            for pod in run:
+                with cache.lock:
+                    d = decide(algo, fw, cache.snapshot, pod)
+                    if d.node is not None:  # assume, here and (through the view) on the workers
+                        cache.snapshot.add_pod(pod, d.node)
+                        assumed.append(spb.PodAssignment(pod=convert.pod_to_proto(pod), node_name=d.node))
+                out.append(d)
+            if use is not None and evaluator._batch is not None:
+                use.batchable += len(items)
+                use.answered += evaluator._batch.hits
+                use.local_rows += evaluator._batch.local_rows
+            evaluator.end_batch()
         return out
     finally:
         evaluator.close()
 
 
-async def run_mesh(published: Published, shards: int, mesh: Mesh) -> list[Decision]:
+async def run_mesh(published: Published, shards: int, mesh: Mesh, batch_size: int = 0,
+                   use: Optional[BatchUse] = None) -> list[Decision]:
+    # One client per cluster and shard count: its next view replaces what it assumed before.
     client = f"test-qm-{published.name}-{shards}"
     cache = ClusterCache()
     follower = CacheFollower(mesh.bootstrap, cache, client_id=client)
@@ -317,7 +359,7 @@ async def run_mesh(published: Published, shards: int, mesh: Mesh) -> list[Decisi
             assert list(cache.snapshot.cols.names) == published.node_order, "the replica orders the nodes differently"
         return await asyncio.to_thread(mesh_decisions, cache,
                                        (mesh.filter_targets[shards], mesh.score_targets[shards]),
-                                       client, published.cluster.pending)
+                                       client, published.cluster.pending, batch_size, use)
     finally:
         await follower.stop()
 
@@ -337,6 +379,21 @@ async def test_sharded_sampling_decides_like_one_process(published: Published, s
 
     got = await run_mesh(published, shards, mesh)
     assert got == want, f"{shards} shard(s) decided differently; first difference at {first_difference(want, got)}"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("shards", SHARD_COUNTS)
+@pytest.mark.parametrize("published", list(BATCH_CLUSTERS), indirect=True)
+async def test_batches_decide_like_one_process(published: Published, shards: int, mesh: Mesh) -> None:
+    """Runs of node-local pods asked of the shards in one FilterBatch and one ScoreBatch each
+    (schedmesh.mesh.batch), then decided pod by pod with the rows their predecessors changed
+    re-evaluated: the same decisions as one process, pod for pod, sampling on."""
+    use = BatchUse()
+    got = await run_mesh(published, shards, mesh, batch_size=16, use=use)
+    want = published.want
+    assert got == want, f"{shards} shard(s) in batches decided differently; first difference at {first_difference(want, got)}"
+    assert use.answered >= use.batchable // 2 > 0, use  # the batches did the work
+    assert use.local_rows > 0, use  # and the assumed pods' nodes were re-evaluated
 
 
 @pytest.mark.timeout(300)

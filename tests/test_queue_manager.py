@@ -176,7 +176,8 @@ async def test_pods_get_bound_and_unschedulable_pod_is_explained(mesh) -> None:
                 and any(x.startswith("score-worker") for x in services))
     spans = [sp for sp in mesh.receiver.wait_for(complete, timeout=15) if sp.trace_id == tid]
     root = next(sp for sp in spans if sp.name == "schedule_pod")
-    assert root.parent_span_id is None and root.attributes["pod"] == "default/web-0"
+    assert root.parent_span_id is None
+    assert (root.attributes["k8s.namespace.name"], root.attributes["k8s.pod.name"]) == ("default", "web-0")
     by_id = {sp.span_id: sp for sp in spans}
     for name in ("queue_wait", "prefilter", "filter", "score", "select", "bind"):
         sp = next(x for x in spans if x.name == name)

@@ -25,6 +25,8 @@ from schedmesh.v1 import binder_pb2, binder_pb2_grpc, queue_pb2, queue_pb2_grpc
 from schedmesh.v1 import scheduling_pb2 as spb
 from schedmesh.v1 import scheduling_pb2_grpc as sgrpc
 
+from tests.mesh_harness import EXTERNAL_KAFKA, up_kafka_args
+
 
 def schedmesh(*args: str, cwd: Path, timeout: float = 150) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCHEDMESH_"))}
@@ -40,7 +42,7 @@ def pod_yaml(name: str, cpu: str = "100m") -> str:
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory):
     base = tmp_path_factory.mktemp("secure-mesh")
-    r = schedmesh("up", "--detach", "--filter-workers", "1", "--score-workers", "1", cwd=base)
+    r = schedmesh("up", "--detach", "--filter-workers", "1", "--score-workers", "1", *up_kafka_args(base), cwd=base)
     if r.returncode != 0:
         pytest.fail(f"schedmesh up failed:\n{r.stdout}\n{r.stderr}")
     try:
@@ -88,7 +90,8 @@ def other_ca(tmp_path: Path) -> Path:
 def test_up_says_tls_and_cli_works_with_local_defaults(mesh) -> None:
     base, out = mesh
     assert "security: mutual TLS between all services" in out
-    assert "Kafka: plaintext on 127.0.0.1 (the embedded Tansu 0.6.0 cannot serve TLS)" in out
+    assert ("Kafka: plaintext to " if EXTERNAL_KAFKA else
+            "Kafka: plaintext on 127.0.0.1 (the embedded Tansu 0.6.0 cannot serve TLS)") in out
     st = state(base)
     assert st["tls"] is True
     for key in ("ca", "client_cert", "client_key", "token_file"):

@@ -33,7 +33,11 @@ def main() -> None:
                    default=os.environ.get("SCHEDMESH_STRICT_ADMISSION") == "1",
                    help="refuse pods naming a RuntimeClass that does not exist, as the Kubernetes API server "
                         "does (default: accept them as written with a warning)")
+    p.add_argument("--shard-batch-size", type=int, default=int(os.environ.get("SCHEDMESH_SHARD_BATCH_SIZE", "64")),
+                   help="node-local pods asked of the shards in one request (1: pod by pod)")
     a = p.parse_args()
+    if a.shard_batch_size < 1:
+        p.error("--shard-batch-size must be at least 1")
     filters, scores = _targets(a.filter_workers), _targets(a.score_workers)
     if bool(filters) != bool(scores):
         p.error("--filter-workers and --score-workers go together: both empty (evaluate in this process) or both set")
@@ -42,7 +46,7 @@ def main() -> None:
     cfg = QueueManagerConfig(filter_workers=filters, score_workers=scores, binder=a.binder, client_id=a.client_id,
                              preemption=a.preemption or None,
                              tie_break=a.tie_break, strict_names=a.strict_names,
-                             strict_admission=a.strict_admission)
+                             strict_admission=a.strict_admission, shard_batch_size=a.shard_batch_size)
     if a.config:
         cfg.use_scheduler_config(a.config)
     asyncio.run(serve(cfg, a.bootstrap, a.port))

@@ -61,6 +61,7 @@ MAX_OBJECTS = 100_000                  # objects per request after List items an
 MAX_REPLICAS = 10_000                  # spec.replicas of a Deployment, ReplicaSet or StatefulSet
 MAX_CONTAINERS = 100                   # spec.containers, and spec.initContainers, per pod
 MAX_PORTS_PER_CONTAINER = 1_000        # ports of one container
+MAX_PORTS_PER_POD = 2_000              # ports of a pod's containers and init containers together
 MAX_ANNOTATIONS_BYTES = 256 * 1024     # kube's TotalAnnotationSizeLimitB
 
 
@@ -949,15 +950,27 @@ def _default_pod_level_resources(pod: Pod) -> None:
     pod.resource_limits = lims or pod.resource_limits
 
 
+def _pod_container(doc: _Doc, d: Any, path: str, init: bool, ports: list[int]) -> Container:
+    """One container of a pod; `ports[0]` counts the pod's ports, which MAX_PORTS_PER_POD bounds
+    (containers then init containers, in order: the error names the container that crosses it)."""
+    c = _container(doc, d, path, init)
+    ports[0] += len(c.ports)
+    if ports[0] > MAX_PORTS_PER_POD:
+        raise doc.fail(f"{path}.ports", f"Too many: {ports[0]}: the pod's containers and init containers "
+                                        f"must have at most {MAX_PORTS_PER_POD} ports in all")
+    return c
+
+
 def parse_pod(doc: _Doc, d: dict) -> Pod:
     meta = _meta(doc, d.get("metadata"), "Pod", True)
     spec = doc.obj(d.get("spec"), "spec")
     status = doc.obj(d.get("status"), "status")
-    containers = [_container(doc, c, f"spec.containers[{i}]", False)
+    ports = [0]  # of the pod so far: at most MAX_PORTS_PER_POD + MAX_PORTS_PER_CONTAINER are ever read
+    containers = [_pod_container(doc, c, f"spec.containers[{i}]", False, ports)
                   for i, c in enumerate(_bounded_list(doc, spec.get("containers"), "spec.containers", MAX_CONTAINERS))]
     if not containers:
         raise doc.fail("spec.containers", "must have at least one container")
-    init = [_container(doc, c, f"spec.initContainers[{i}]", True)
+    init = [_pod_container(doc, c, f"spec.initContainers[{i}]", True, ports)
             for i, c in enumerate(_bounded_list(doc, spec.get("initContainers"), "spec.initContainers", MAX_CONTAINERS))]
     res = doc.obj(spec.get("resources"), "spec.resources")
     pod = Pod(
@@ -1107,12 +1120,26 @@ def parse_namespace(doc: _Doc, d: dict) -> Namespace:
     return Namespace(meta.name, labels)
 
 
-def _canonical(d: Any) -> Any:
-    """JSON-able and key-sorted whatever YAML built (non-string keys, timestamps, sets)."""
-    if isinstance(d, dict):
-        return {str(k): _canonical(v) for k, v in d.items()}
-    if isinstance(d, (list, tuple)):
-        return [_canonical(v) for v in d]
+def _canonical(d: Any, memo: Optional[dict[int, Any]] = None) -> Any:
+    """JSON-able whatever YAML built (non-string keys, timestamps, sets); json.dumps sorts the keys.
+
+    A YAML alias is one shared object wherever it is used: `memo` (by id of the built
+    collection) converts each shared collection once and shares the result, so a template
+    nested with aliases costs its distinct nodes here, not the up to MAX_EXPANDED_NODES nodes it
+    expands to (json.dumps still writes the expanded text, in C). The ids stay valid: the input
+    holds every collection alive for the whole call."""
+    if isinstance(d, (dict, list, tuple)):
+        if memo is None:
+            memo = {}
+        done = memo.get(id(d))
+        if done is not None:
+            return done
+        if isinstance(d, dict):
+            out: Any = {str(k): _canonical(v, memo) for k, v in d.items()}
+        else:
+            out = [_canonical(v, memo) for v in d]
+        memo[id(d)] = out
+        return out
     if d is None or isinstance(d, (str, int, float, bool)):
         return d
     return str(d)
@@ -1122,7 +1149,7 @@ def pod_template_hash(template: dict) -> str:
     """The pod-template-hash label a Deployment's ReplicaSet gets: like kube's ComputeHash, a 32-bit
     hash of the template written with SafeEncodeString. kube hashes the Go struct, so the value is
     not kube's, but it is as stable: the same template always gives the same hash."""
-    text = json.dumps(_canonical(template), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(_canonical(template, {}), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
     return _safe_encode(str(int.from_bytes(digest[:4], "big")))
 

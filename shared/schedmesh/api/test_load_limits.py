@@ -153,6 +153,63 @@ def test_ports_per_container() -> None:
     assert e.reason.startswith(f"Too many: {load.MAX_PORTS_PER_CONTAINER + 1}: must have at most")
 
 
+@pytest.mark.parametrize("kind", ["Pod", "Deployment"])
+def test_ports_per_pod_summed_over_containers_and_init_containers(kind: str) -> None:
+    per = load.MAX_PORTS_PER_CONTAINER
+    full = -(-load.MAX_PORTS_PER_POD // per)  # containers with `per` ports each that reach the pod's limit
+
+    def manifest(containers: int, init: int, extra: int) -> str:
+        def c(name: str, n: int) -> dict:
+            return {"name": name, "ports": [{"containerPort": 1 + i} for i in range(n)]}
+        spec = {"containers": [c(f"c{i}", per) for i in range(containers)],
+                "initContainers": [c(f"i{i}", per) for i in range(init)] + ([c("last", extra)] if extra else [])}
+        if kind == "Pod":
+            return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec})
+        return json.dumps({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+                           "spec": {"replicas": 1, "template": {"spec": spec}}})
+
+    assert load.MAX_PORTS_PER_POD % per == 0, "the test fills the pod with whole containers"
+    at_limit = load_text(manifest(full - 1, 1, 0)).pods[0]
+    assert sum(len(c.ports) for c in at_limit.containers + at_limit.init_containers) == load.MAX_PORTS_PER_POD
+    # one more port, in an init container after the full ones: refused there, naming it
+    e = refusal(manifest(full - 1, 1, 1))
+    prefix = "spec.template." if kind == "Deployment" else ""
+    assert e.where == ("m.yaml (Pod p)" if kind == "Pod" else "m.yaml (Deployment d)")
+    assert e.path == f"{prefix}spec.initContainers[1].ports"
+    assert e.reason == (f"Too many: {load.MAX_PORTS_PER_POD + 1}: the pod's containers and init containers "
+                        f"must have at most {load.MAX_PORTS_PER_POD} ports in all")
+    assert str(e).startswith(f"{e.where}: {e.path}: Too many: ")
+    # the containers alone, past it
+    e = refusal(manifest(full + 1, 0, 0))
+    assert e.path == f"{prefix}spec.containers[{full}].ports"
+    assert e.reason.startswith(f"Too many: {load.MAX_PORTS_PER_POD + per}: ")
+
+
+def test_the_per_pod_port_limit_bounds_what_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit is the module's constant, and a pod of 100 containers with 1000 ports each is
+    refused after the containers that cross it: the rest are not read."""
+    monkeypatch.setattr(load, "MAX_PORTS_PER_POD", 5)
+    ports = [{"containerPort": 1 + i} for i in range(3)]
+    text = json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                       "spec": {"containers": [{"name": f"c{i}", "ports": ports} for i in range(3)]}})
+    e = refusal(text, "many.json")
+    assert (e.where, e.path) == ("many.json (Pod p)", "spec.containers[1].ports")
+    assert e.reason.startswith("Too many: 6: ") and "at most 5 ports in all" in e.reason
+    monkeypatch.undo()  # the real limit again: a pod of 100 containers with 1000 ports each
+    seen = []
+    real = load._container
+    monkeypatch.setattr(load, "_container", lambda *a: seen.append(a[2]) or real(*a))
+    big = json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                      "spec": {"containers": [{"name": f"c{i}", "ports": [{"containerPort": 1 + j}
+                                                                          for j in range(load.MAX_PORTS_PER_CONTAINER)]}
+                                              for i in range(load.MAX_CONTAINERS)]}})
+    t0 = time.process_time()
+    e = refusal(big)
+    assert e.path == f"spec.containers[{load.MAX_PORTS_PER_POD // load.MAX_PORTS_PER_CONTAINER}].ports"
+    assert len(seen) == load.MAX_PORTS_PER_POD // load.MAX_PORTS_PER_CONTAINER + 1, seen
+    assert time.process_time() - t0 < 10
+
+
 def test_replicas_at_the_limit_are_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(load, "MAX_REPLICAS", 5)
     m = load_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  replicas: 5\n"

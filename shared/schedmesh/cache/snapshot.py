@@ -149,6 +149,18 @@ class Columns:
         return np.fromiter((get(n, -1) for n in names), np.int64, len(names))
 
 
+class SnapshotChanges:
+    """What changed in a snapshot since `Snapshot.watch_changes()`: the rows whose pods changed,
+    and whether anything changed that reaches beyond those nodes (the node set, pods with
+    affinity terms, namespace labels)."""
+
+    __slots__ = ("rows", "beyond_rows")
+
+    def __init__(self) -> None:
+        self.rows: set[int] = set()
+        self.beyond_rows = False
+
+
 class Snapshot:
     """Nodes, the pods on them, namespaces' labels, and columns for bulk evaluation."""
 
@@ -165,6 +177,7 @@ class Snapshot:
         self._image_states: Optional[dict[str, ImageStateSummary]] = None
         # Bumped on every change: plugin indexes can tell in O(1) whether to resync.
         self.generation = 0
+        self._watchers: list[SnapshotChanges] = []
         for n in nodes:
             self.add_node(n)
         for p in pods:
@@ -243,8 +256,29 @@ class Snapshot:
             yield from ni.pods
 
     # ---- changing ------------------------------------------------------------------------
+    def watch_changes(self) -> SnapshotChanges:
+        """Start recording changes (until `unwatch`)."""
+        w = SnapshotChanges()
+        self._watchers.append(w)
+        return w
+
+    def unwatch(self, w: SnapshotChanges) -> None:
+        if w in self._watchers:
+            self._watchers.remove(w)
+
+    def set_namespace_labels(self, namespace: str, labels: Optional[Mapping[str, str]]) -> None:
+        """A namespace's labels (None: the namespace is gone)."""
+        if labels is None:
+            self.namespace_labels.pop(namespace, None)
+        else:
+            self.namespace_labels[namespace] = dict(labels)
+        for w in self._watchers:
+            w.beyond_rows = True
+
     def _nodes_changed(self) -> None:
         self.generation += 1
+        for w in self._watchers:
+            w.beyond_rows = True
         self._list = None
         self._cols = None
         self._affinity_lists = None
@@ -252,6 +286,9 @@ class Snapshot:
 
     def _pods_changed(self, ni: NodeInfo, affinity_changed: bool) -> None:
         self.generation += 1
+        for w in self._watchers:
+            w.rows.add(ni.index)
+            w.beyond_rows = w.beyond_rows or affinity_changed
         if self._cols is not None and ni.index >= 0:
             self._cols.set_pod_totals(ni.index, ni)
         if affinity_changed:

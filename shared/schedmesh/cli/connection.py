@@ -66,6 +66,7 @@ class Target:
     tls_server_name: str = ""
     origin: str = ""  # where it came from, for error messages
     state: Optional[MeshState] = None  # the local mesh's state, when the target is that mesh
+    state_file: str = ""  # and the file it was read from (read again to see restarts)
 
     def channel(self):
         """A blocking gRPC channel: TLS (mutual when a client certificate is given) or, without a
@@ -73,7 +74,10 @@ class Target:
         import grpc
         from schedmesh.security.credentials import channel as plain_or_tls_channel, is_loopback, target_host
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                   ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+                   ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                   # a restarted queue-manager is reached within a second (gRPC's default backoff grows to 120 s)
+                   ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+                   ("grpc.max_reconnect_backoff_ms", 1000)]
         if self.tls_server_name:
             options.append(("grpc.ssl_target_name_override", self.tls_server_name))
         if bool(self.client_certificate) != bool(self.client_key):
@@ -199,7 +203,7 @@ def _context_target(path: Path, name: str, ctx: dict[str, Any]) -> Target:
 # ------------------------------------------------------------------ resolution
 def local_target(base: Optional[Path] = None) -> Target:
     """The mesh `schedmesh up` runs in `base` (default: the current directory)."""
-    return local_target_of(load_state(base), str(state_path(base)))
+    return replace(local_target_of(load_state(base), str(state_path(base))), state_file=str(state_path(base)))
 
 
 def local_target_of(state: MeshState, origin: str = "the local mesh") -> Target:

@@ -400,16 +400,27 @@ def run_get_services(args: argparse.Namespace) -> int:
     mesh.json; a remote one (--server) by the scheduler's own answer (GetServices)."""
     from schedmesh.cli import connection
     target = connection.resolve()
-    services = local_services(target) if target.state is not None else remote_services(target)
+    remote = target.state is None
+    services = remote_services(target) if remote else local_services(target)
+    note = remote_services_note(target.server) if remote else ""
     if args.output in ("json", "yaml"):
-        print(dump({"services": services}, args.output))
+        print(dump({"services": services, **({"note": note} if note else {})}, args.output))
         return 0
     rows = [["NAME", "ADDRESS", "HEALTH", "METRICS", "PID", "RESTARTS"]]
     for s in services:
         rows.append([s["name"], s["address"], s["health"], s.get("metrics") or "<none>",
                      str(s.get("pid") or "<none>"), str(s.get("restarts", 0))])
     print(table(rows))
+    if note:  # on stderr, as kubectl's warnings: the table stays what scripts parse
+        print(f"note: {note}", file=sys.stderr)
     return 0
+
+
+def remote_services_note(server: str) -> str:
+    """What a remote listing's columns mean: where each was seen from."""
+    return (f"ADDRESS and METRICS are as the scheduler at {server} reaches each service (names of the mesh's "
+            f"network); HEALTH was checked from this machine's network, so a service this machine cannot "
+            f"reach shows UNREACHABLE even when it serves")
 
 
 def _health(address: str, target, tls: bool) -> str:
@@ -446,11 +457,18 @@ def local_services(target) -> list[dict[str, Any]]:
         out.append({"name": p.name, "address": address, "health": health,
                     "metrics": f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else "",
                     "pid": p.pid, "restarts": p.restarts})
+    if getattr(state, "external_kafka", False):  # `up --kafka`: no process of the mesh; a Kafka answer says it works
+        from schedmesh.cli.mesh import kafka_addresses
+        from schedmesh.cli.supervisor import kafka_answers
+        up = any(kafka_answers(port, 2.0, host) for host, port in kafka_addresses(state.bootstrap))
+        out.append({"name": "broker (--kafka)", "address": state.bootstrap,
+                    "health": "SERVING" if up else "UNREACHABLE", "metrics": "", "pid": 0, "restarts": 0})
     return out
 
 
 def remote_services(target) -> list[dict[str, Any]]:
-    """A remote mesh: its scheduler lists the services it knows; each is health-checked from here."""
+    """A remote mesh: its scheduler lists the services it knows with their addresses and /metrics
+    as it is configured with them; each is health-checked from here (this machine's network)."""
     import grpc
     from schedmesh.v1 import queue_pb2, queue_pb2_grpc
     ch = target.channel()

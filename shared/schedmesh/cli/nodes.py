@@ -41,7 +41,9 @@ class PolicyClient:
             if HTTP_STATUS_KEY in trailing:
                 raise PolicyRefused(int(trailing[HTTP_STATUS_KEY]), e.details() or "", causes) from None
             if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                self.client.call("GetNodes", _get_request())  # says "not running" when the scheduler is gone
+                # says what to do when the scheduler is gone, waits while its supervisor restarts it
+                self.client.call("GetNodes", _get_request())
+                raise MeshError(f"{e.details() or e.code().name}; the scheduler answers now: retry") from None
             raise MeshError(e.details() or str(e.code())) from None
 
     def pods(self, namespace: str = ""):

@@ -53,6 +53,18 @@ EMBEDDED_BROKER_LOSES = (f"applied objects are kept in .schedmesh/{APPLIED_DIR}/
                          "them again; bindings, pod status and events are not kept (the pods are scheduled again)")
 
 
+def external_broker_keeps(bootstrap: str) -> str:
+    """What stopping a mesh started with `up --kafka` keeps: everything, on the broker's topics."""
+    return (f"the Kafka broker at {bootstrap} (--kafka) was not started by `up` and is left running: applied objects, "
+            "bindings, pod status and events stay on its topics (durability is the broker's; nothing is kept in "
+            f".schedmesh/{APPLIED_DIR}/), and the next `up --kafka {bootstrap}` starts from them")
+
+
+def stopped_note(state: "MeshState") -> str:
+    """What `down` (and a stopped foreground `up`) says is kept and lost."""
+    return external_broker_keeps(state.bootstrap) if state.external_kafka else EMBEDDED_BROKER_LOSES
+
+
 def set_aside_applied(base: Path, restore: bool) -> Optional[str]:
     """At `up`: keep the objects applied before the last `down` for --restore, else move them
     aside (never deleted) so the new mesh starts empty. Returns what to tell the user."""
@@ -99,6 +111,7 @@ def _known_fields(cls, d: dict) -> dict:
 class MeshState:
     scheduler: str = ""  # queue-manager host:port (Scheduler API)
     bootstrap: str = ""  # Kafka bootstrap servers
+    external_kafka: bool = False  # `up --kafka`: a broker the mesh uses but neither started nor stops
     log_dir: str = ""
     started: float = 0.0
     detached: bool = False
@@ -358,14 +371,14 @@ def _tail(path: str, n: int = 15) -> str:
     return "\n".join("    " + line for line in lines[-n:])
 
 
-def kafka_answers(port: int, timeout: float = 2.0) -> bool:
-    """Whether a Kafka broker on 127.0.0.1:`port` answers an ApiVersions (v0) request: unlike a TCP
+def kafka_answers(port: int, timeout: float = 2.0, host: str = "127.0.0.1") -> bool:
+    """Whether a Kafka broker on `host`:`port` answers an ApiVersions (v0) request: unlike a TCP
     connect (which the kernel accepts for a hung process too) this needs the broker to work."""
     correlation = int(time.monotonic_ns() & 0x7FFFFFFF)
     client = b"schedmesh-supervisor"
     request = struct.pack(">hhih", 18, 0, correlation, len(client)) + client
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        with socket.create_connection((host, port), timeout=timeout) as s:
             s.settimeout(timeout)
             s.sendall(struct.pack(">i", len(request)) + request)
             head = b""
@@ -477,9 +490,11 @@ class Supervisor:
     def attach_state(self, state: MeshState, path: Path) -> None:
         """Keep `state` (pids, restart counts) current in `path` from now on."""
         self.state, self.state_file = state, path
-        # where the queue-manager keeps what was applied (the broker keeps nothing across down/up)
-        from schedmesh.mesh.applied_store import STATE_DIR_ENV
-        self.env.setdefault(STATE_DIR_ENV, str(path.parent / APPLIED_DIR))
+        if not state.external_kafka:
+            # where the queue-manager keeps what was applied (the embedded broker keeps nothing
+            # across down/up); a broker given with --kafka keeps its topics itself
+            from schedmesh.mesh.applied_store import STATE_DIR_ENV
+            self.env.setdefault(STATE_DIR_ENV, str(path.parent / APPLIED_DIR))
         self.record()
 
     def record(self) -> None:
@@ -743,7 +758,7 @@ def _main(argv: Optional[list[str]] = None) -> int:
     log("stopping the mesh")
     sup.stop_all(log=log)
     _forget_state(base)
-    log(f"mesh stopped; {EMBEDDED_BROKER_LOSES}")
+    log(f"mesh stopped; {stopped_note(state)}")
     return 0
 
 

@@ -14,6 +14,8 @@ A status of `None` means Success, as a nil *Status does in kube-scheduler.
 from __future__ import annotations
 
 import enum
+import os
+import random
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, Optional, Sequence
@@ -112,15 +114,48 @@ def code_of(status: Optional[Status]) -> Code:
     return Code.SUCCESS if status is None else status.code
 
 
+# kube-scheduler's pluginMetricsSamplePercent: the share of cycles whose plugins are timed one by
+# one (scheduler_plugin_execution_duration_seconds); every extension point is timed every time.
+PLUGIN_METRICS_SAMPLE_PERCENT = 10
+# kube's is a constant; SCHEDMESH_PLUGIN_METRICS_SAMPLE_PERCENT (0-100) overrides it for a
+# process, e.g. 100 to time every cycle's plugins while investigating one, or in a test.
+ENV_PLUGIN_METRICS_SAMPLE_PERCENT = "SCHEDMESH_PLUGIN_METRICS_SAMPLE_PERCENT"
+
+
+def _sample_percent(value: Optional[str]) -> float:
+    """The variable's value clamped to 0-100; kube's 10 when unset or not a number."""
+    try:
+        percent = float(value) if value else float(PLUGIN_METRICS_SAMPLE_PERCENT)
+    except ValueError:
+        return float(PLUGIN_METRICS_SAMPLE_PERCENT)
+    return min(max(percent, 0.0), 100.0) if percent == percent else float(PLUGIN_METRICS_SAMPLE_PERCENT)  # NaN
+
+
+plugin_metrics_sample_percent = _sample_percent(os.environ.get(ENV_PLUGIN_METRICS_SAMPLE_PERCENT))
+
+
+def sample_plugin_metrics() -> bool:
+    """True for plugin_metrics_sample_percent % of calls, at random (kube: rand.Intn(100) < 10)."""
+    return random.random() * 100 < plugin_metrics_sample_percent
+
+
 class CycleState:
-    """Per-cycle scratch space shared by the plugins, cloned for preemption's what-if runs."""
+    """Per-cycle scratch space shared by the plugins, cloned for preemption's what-if runs.
 
-    __slots__ = ("_data", "skip_filter_plugins", "skip_score_plugins")
+    `record_plugin_metrics` is kube's ShouldRecordPluginMetrics: whether the framework times
+    each plugin of this cycle. kube's scheduleOne draws it for every cycle it starts; here every
+    new CycleState draws it (each cycle a process starts: the queue-manager's attempt, a shard's
+    request, the preemption service's), unless the caller says; a clone keeps it, as kube's
+    Clone does."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_data", "skip_filter_plugins", "skip_score_plugins", "record_plugin_metrics")
+
+    def __init__(self, record_plugin_metrics: Optional[bool] = None) -> None:
         self._data: dict[str, Any] = {}
         self.skip_filter_plugins: set[str] = set()
         self.skip_score_plugins: set[str] = set()
+        self.record_plugin_metrics: bool = (sample_plugin_metrics() if record_plugin_metrics is None
+                                            else record_plugin_metrics)
 
     def read(self, key: str) -> Any:
         try:
@@ -138,7 +173,7 @@ class CycleState:
         self._data.pop(key, None)
 
     def clone(self) -> "CycleState":
-        c = CycleState()
+        c = CycleState(self.record_plugin_metrics)
         for k, v in self._data.items():
             c._data[k] = v.clone() if hasattr(v, "clone") else v
         c.skip_filter_plugins = set(self.skip_filter_plugins)
@@ -227,6 +262,15 @@ class Plugin:
     def __init__(self, args: Optional[dict] = None, handle: Optional[Handle] = None) -> None:
         self.args = args or {}
         self.handle = handle
+
+    def node_local(self, pod: "Pod") -> bool:
+        """True when, for `pod`, this plugin's verdicts and scores on a node depend on the other
+        pods of that node only, and `pod` itself changes no verdict or score elsewhere: then
+        assuming such pods changes nothing but the nodes they are assumed on. The mesh evaluates
+        a run of such pods on its shards in one request against one cluster state and
+        re-evaluates itself only the nodes changed since (schedmesh.mesh.batch). False unless a
+        plugin says so, so a plugin that does not know is evaluated pod by pod."""
+        return False
 
 
 class QueueSortPlugin(Plugin):

@@ -1,8 +1,22 @@
 """The framework runtime: builds a profile's plugins and runs them at each extension point
-(kube-scheduler's framework/runtime/framework.go), over many nodes at once."""
+(kube-scheduler's framework/runtime/framework.go), over many nodes at once.
+
+Metrics, as kube's frameworkImpl records them: every run of an extension point observes
+scheduler_framework_extension_point_duration_seconds{extension_point, status, profile} once
+(one perf_counter pair, one histogram observation); the plugins themselves are timed one by one
+(scheduler_plugin_execution_duration_seconds{plugin, extension_point, status}) only in the
+cycles whose CycleState says so (`record_plugin_metrics`, drawn for 10 % of them). Filter is
+kube's exception: RunFilterPlugins is per node, so kube times the whole search for feasible nodes
+instead (findNodesThatPassFilters); here that is SchedulingAlgorithm.filter_in_order, which calls
+`observe_extension_point("Filter", ...)`. Score is timed around the raw scoring
+(run_raw_score: what a score shard computes); normalisation and weights, a few vector operations
+after it, are timed per plugin (ScoreExtensionNormalize) in sampled cycles only. In the bulk
+paths one plugin observation covers the plugin's call over the whole batch of nodes.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from time import perf_counter
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 import numpy as np
@@ -12,10 +26,11 @@ from schedmesh.framework.interface import (MAX_NODE_SCORE, MAX_TOTAL_SCORE, MIN_
                                            PermitPlugin, Plugin, PluginError, PostBindPlugin, PostFilterPlugin,
                                            PostFilterResult, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin,
                                            PreFilterResult, PreScorePlugin, QueueSortPlugin, ReservePlugin,
-                                           ScorePlugin, Status)
+                                           ScorePlugin, Status, sample_plugin_metrics)
 from schedmesh.framework.profile import EXTENSION_POINTS, MULTI_POINT, Profile
 from schedmesh.framework.registry import Registry, default_registry
 from schedmesh.framework.waiting_pods import MAX_PERMIT_TIMEOUT_SECONDS, WaitingPod, WaitingPodsMap
+from schedmesh.telemetry.metrics import FRAMEWORK_EXTENSION_POINT_DURATION, PLUGIN_EXECUTION_DURATION
 
 if TYPE_CHECKING:  # pragma: no cover
     from schedmesh.api.types import Pod
@@ -59,11 +74,18 @@ class FilterOutcome:
         return [self.statuses[i] for i in self.rejected_status_index.tolist()]
 
 
+def _ignore(*_args) -> None:
+    pass
+
+
 class Framework(Handle):
     """One profile's plugins, instantiated, per extension point, in order."""
 
     def __init__(self, profile: Profile, registry: Optional[Registry] = None,
-                 snapshot_fn: Optional[Callable[[], "Snapshot"]] = None, services: Optional[dict] = None) -> None:
+                 snapshot_fn: Optional[Callable[[], "Snapshot"]] = None, services: Optional[dict] = None,
+                 record_metrics: bool = True) -> None:
+        """`record_metrics=False`: no scheduler_* observations (a framework that does not
+        schedule, e.g. the binder's admission check, stays out of kube's metrics)."""
         self.profile = profile
         self.registry = registry or default_registry()
         self._snapshot_fn = snapshot_fn
@@ -74,6 +96,12 @@ class Framework(Handle):
         self.plugins: dict[str, Plugin] = {}
         self.points: dict[str, list[Plugin]] = {p: [] for p in EXTENSION_POINTS}
         self.score_weights: dict[str, int] = {}
+        # The histograms' children by (extension point[, plugin], code): a labels() lookup costs
+        # a lock and a tuple of strings; these dicts make an observation a dict hit and observe().
+        self._point_metrics: dict[tuple[str, Code], object] = {}
+        self._plugin_metrics: dict[tuple[str, str, Code], object] = {}
+        if not record_metrics:
+            self.observe_extension_point = self.observe_plugin = _ignore  # type: ignore[method-assign]
         self._build()
 
     # ---- construction (kube's NewFramework) -----------------------------------------------
@@ -175,10 +203,42 @@ class Framework(Handle):
     def enqueue_extensions(self) -> list[tuple[str, EnqueueExtensions]]:
         return [(n, p) for n, p in self.plugins.items() if isinstance(p, EnqueueExtensions)]
 
+    # ---- metrics ---------------------------------------------------------------------------
+    def observe_extension_point(self, point: str, code: Code, seconds: float) -> None:
+        """scheduler_framework_extension_point_duration_seconds{point, code's name, this profile}."""
+        child = self._point_metrics.get((point, code))
+        if child is None:
+            child = self._point_metrics[(point, code)] = FRAMEWORK_EXTENSION_POINT_DURATION.labels(
+                point, str(Code(code)), self.profile.scheduler_name)
+        child.observe(seconds)
+
+    def observe_plugin(self, plugin: str, point: str, code: Code, seconds: float) -> None:
+        """scheduler_plugin_execution_duration_seconds{plugin, point, code's name}."""
+        child = self._plugin_metrics.get((plugin, point, code))
+        if child is None:
+            child = self._plugin_metrics[(plugin, point, code)] = PLUGIN_EXECUTION_DURATION.labels(
+                plugin, point, str(Code(code)))
+        child.observe(seconds)
+
+    def time_plugin(self, point: str, p: Plugin, call: Callable, *args):
+        """`call(*args)` (plugin `p`'s method returning a Status or None), observed as `p` at
+        `point`; for a sampled cycle's per-plugin calls (the bulk paths time their plugins inline)."""
+        t0 = perf_counter()
+        code = Code.ERROR
+        try:
+            st = call(*args)
+            code = Code.SUCCESS if st is None else st.code
+            return st
+        finally:
+            self.observe_plugin(p.name, point, code, perf_counter() - t0)
+
     # ---- PreEnqueue ------------------------------------------------------------------------
     def run_pre_enqueue(self, pod: "Pod") -> Optional[Status]:
+        """kube's RunPreEnqueuePlugins has no extension point metric; the queue times its plugins
+        for a sample of the pods (pluginMetricsSamplePercent), as kube's queue does."""
+        record = sample_plugin_metrics() if self.points["preEnqueue"] else False
         for p in self.points["preEnqueue"]:
-            st = p.pre_enqueue(pod)
+            st = self.time_plugin("PreEnqueue", p, p.pre_enqueue, pod) if record else p.pre_enqueue(pod)
             if st is not None and not st.is_success():
                 return st.with_plugin(p.name)
         return None
@@ -187,13 +247,31 @@ class Framework(Handle):
     def run_pre_filter(self, state: CycleState, pod: "Pod", snapshot: "Snapshot"
                        ) -> tuple[Optional[PreFilterResult], Optional[Status], set[str]]:
         """Returns (result, status, plugins that narrowed the node set)."""
+        t0 = perf_counter()
+        code = Code.ERROR
+        try:
+            out = self._run_pre_filter(state, pod, snapshot)
+            code = Code.SUCCESS if out[1] is None else out[1].code
+            return out
+        finally:
+            self.observe_extension_point("PreFilter", code, perf_counter() - t0)
+
+    def _run_pre_filter(self, state: CycleState, pod: "Pod", snapshot: "Snapshot"
+                        ) -> tuple[Optional[PreFilterResult], Optional[Status], set[str]]:
         skip: set[str] = set()
         result: Optional[PreFilterResult] = None
         with_nodes: set[str] = set()
         returned: Optional[Status] = None
+        record = state.record_plugin_metrics
         try:
             for p in self.points["preFilter"]:
-                r, st = p.pre_filter(state, pod, snapshot)
+                if record:
+                    t = perf_counter()
+                    r, st = p.pre_filter(state, pod, snapshot)
+                    self.observe_plugin(p.name, "PreFilter", Code.SUCCESS if st is None else st.code,
+                                        perf_counter() - t)
+                else:
+                    r, st = p.pre_filter(state, pod, snapshot)
                 if st is not None and st.code == Code.SKIP:
                     skip.add(p.name)
                     continue
@@ -224,7 +302,9 @@ class Framework(Handle):
             ext = p.pre_filter_extensions()
             if ext is None or p.name in state.skip_filter_plugins:
                 continue
-            st = ext.add_pod(state, pod, pod_info_to_add, node_info)
+            st = (self.time_plugin("PreFilterExtensionAddPod", p, ext.add_pod, state, pod, pod_info_to_add,
+                                     node_info) if state.record_plugin_metrics
+                  else ext.add_pod(state, pod, pod_info_to_add, node_info))
             if st is not None and not st.is_success():
                 return Status(Code.ERROR, (f'running AddPod on PreFilter plugin "{p.name}": {st.message()}',), p.name)
         return None
@@ -235,18 +315,23 @@ class Framework(Handle):
             ext = p.pre_filter_extensions()
             if ext is None or p.name in state.skip_filter_plugins:
                 continue
-            st = ext.remove_pod(state, pod, pod_info_to_remove, node_info)
+            st = (self.time_plugin("PreFilterExtensionRemovePod", p, ext.remove_pod, state, pod,
+                                     pod_info_to_remove, node_info) if state.record_plugin_metrics
+                  else ext.remove_pod(state, pod, pod_info_to_remove, node_info))
             if st is not None and not st.is_success():
                 return Status(Code.ERROR, (f'running RemovePod on PreFilter plugin "{p.name}": {st.message()}',), p.name)
         return None
 
     # ---- Filter ----------------------------------------------------------------------------
     def run_filter(self, state: CycleState, pod: "Pod", node_info: "NodeInfo") -> Optional[Status]:
-        """All filters on one node, stopping at the first rejection (kube's RunFilterPlugins)."""
+        """All filters on one node, stopping at the first rejection (kube's RunFilterPlugins: no
+        extension point metric of its own, see the module's docstring)."""
+        record = state.record_plugin_metrics
         for p in self.points["filter"]:
             if p.name in state.skip_filter_plugins:
                 continue
-            st = p.filter(state, pod, node_info)
+            st = self.time_plugin("Filter", p, p.filter, state, pod, node_info) if record else \
+                p.filter(state, pod, node_info)
             if st is not None and st.code != Code.SUCCESS:
                 if not st.is_rejected():
                     st = Status(Code.ERROR, (f'running "{p.name}" filter plugin: {st.message()}',), p.name, st.error)
@@ -260,10 +345,24 @@ class Framework(Handle):
         rej_rows: list[np.ndarray] = []
         rej_idx: list[np.ndarray] = []
         statuses: list[Status] = []
+        record = state.record_plugin_metrics
         for p in self.points["filter"]:
             if p.name in state.skip_filter_plugins or len(alive) == 0:
                 continue
-            v = p.filter_nodes(state, pod, snapshot, alive)
+            if record:
+                t = perf_counter()
+                try:
+                    v = p.filter_nodes(state, pod, snapshot, alive)
+                except BaseException:
+                    self.observe_plugin(p.name, "Filter", Code.ERROR, perf_counter() - t)
+                    raise
+                seconds = perf_counter() - t
+                # one observation for the batch: Success when every node passed, else the
+                # first rejection's code
+                self.observe_plugin(p.name, "Filter", v.statuses[0].code if v.statuses and (v.failed >= 0).any()
+                                    else Code.SUCCESS, seconds)
+            else:
+                v = p.filter_nodes(state, pod, snapshot, alive)
             failed = v.failed
             bad = failed >= 0
             if not bad.any():
@@ -308,11 +407,29 @@ class Framework(Handle):
     def run_post_filter(self, state: CycleState, pod: "Pod", node_to_status: NodeToStatus
                         ) -> tuple[Optional[PostFilterResult], Status]:
         """Stops at the first plugin that succeeds or errors; otherwise joins the rejection messages."""
+        t0 = perf_counter()
+        code = Code.ERROR
+        try:
+            out = self._run_post_filter(state, pod, node_to_status)
+            code = out[1].code
+            return out
+        finally:
+            self.observe_extension_point("PostFilter", code, perf_counter() - t0)
+
+    def _run_post_filter(self, state: CycleState, pod: "Pod", node_to_status: NodeToStatus
+                         ) -> tuple[Optional[PostFilterResult], Status]:
         reasons: list[str] = []
         rejector = ""
         result: Optional[PostFilterResult] = None
+        record = state.record_plugin_metrics
         for p in self.points["postFilter"]:
-            r, st = p.post_filter(state, pod, node_to_status)
+            if record:
+                t = perf_counter()
+                r, st = p.post_filter(state, pod, node_to_status)
+                self.observe_plugin(p.name, "PostFilter", Code.SUCCESS if st is None else st.code,
+                                    perf_counter() - t)
+            else:
+                r, st = p.post_filter(state, pod, node_to_status)
             if st is None or st.is_success():
                 return r, Status(Code.SUCCESS, st.reasons if st else (), p.name)
             if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
@@ -328,9 +445,20 @@ class Framework(Handle):
 
     # ---- PreScore / Score ------------------------------------------------------------------
     def run_pre_score(self, state: CycleState, pod: "Pod", snapshot: "Snapshot", nodes: np.ndarray) -> None:
+        t0 = perf_counter()
+        code = Code.ERROR  # a PluginError
+        try:
+            self._run_pre_score(state, pod, snapshot, nodes)
+            code = Code.SUCCESS
+        finally:
+            self.observe_extension_point("PreScore", code, perf_counter() - t0)
+
+    def _run_pre_score(self, state: CycleState, pod: "Pod", snapshot: "Snapshot", nodes: np.ndarray) -> None:
         skip: set[str] = set()
+        record = state.record_plugin_metrics
         for p in self.points["preScore"]:
-            st = p.pre_score(state, pod, snapshot, nodes)
+            st = self.time_plugin("PreScore", p, p.pre_score, state, pod, snapshot, nodes) if record else \
+                p.pre_score(state, pod, snapshot, nodes)
             if st is not None and st.code == Code.SKIP:
                 skip.add(p.name)
             elif st is not None and st.code != Code.SUCCESS:
@@ -346,9 +474,30 @@ class Framework(Handle):
 
     def run_raw_score(self, state: CycleState, pod: "Pod", snapshot: "Snapshot", nodes: np.ndarray
                       ) -> dict[str, np.ndarray]:
-        """Score without normalisation: what a score shard computes for its nodes."""
-        return {p.name: np.asarray(p.score_nodes(state, pod, snapshot, nodes), dtype=np.int64)
-                for p in self.points["score"] if p.name not in state.skip_score_plugins}
+        """Score without normalisation: what a score shard computes for its nodes. Timed as the
+        Score extension point (see the module's docstring)."""
+        t0 = perf_counter()
+        code = Code.ERROR
+        try:
+            if state.record_plugin_metrics:
+                out = {}
+                for p in self.points["score"]:
+                    if p.name in state.skip_score_plugins:
+                        continue
+                    t = perf_counter()
+                    c = Code.ERROR
+                    try:
+                        out[p.name] = np.asarray(p.score_nodes(state, pod, snapshot, nodes), dtype=np.int64)
+                        c = Code.SUCCESS
+                    finally:
+                        self.observe_plugin(p.name, "Score", c, perf_counter() - t)
+            else:
+                out = {p.name: np.asarray(p.score_nodes(state, pod, snapshot, nodes), dtype=np.int64)
+                       for p in self.points["score"] if p.name not in state.skip_score_plugins}
+            code = Code.SUCCESS
+            return out
+        finally:
+            self.observe_extension_point("Score", code, perf_counter() - t0)
 
     def normalize_and_weigh(self, state: CycleState, pod: "Pod", raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """NormalizeScore over all feasible nodes, range check, then weights (kube's RunScorePlugins tail)."""
@@ -358,7 +507,8 @@ class Framework(Handle):
                 continue
             scores = raw[p.name].copy()
             if p.has_normalize:
-                st = p.normalize_score(state, pod, scores)
+                st = (self.time_plugin("ScoreExtensionNormalize", p, p.normalize_score, state, pod, scores)
+                      if state.record_plugin_metrics else p.normalize_score(state, pod, scores))
                 if st is not None and not st.is_success():
                     raise PluginError(Status(Code.ERROR, (f'plugin "{p.name}" failed with: {st.message()}',), p.name))
             if len(scores) and (scores.max() > MAX_NODE_SCORE or scores.min() < MIN_NODE_SCORE):
@@ -370,24 +520,65 @@ class Framework(Handle):
         return out
 
     # ---- Reserve / Permit / Bind -----------------------------------------------------------
-    def run_reserve(self, state: CycleState, pod: "Pod", node_name: str) -> Optional[Status]:
-        for p in self.points["reserve"]:
-            st = p.reserve(state, pod, node_name)
+    def _timed_point(self, point: str, run: Callable, state: CycleState, pod: "Pod", node_name: str, *args):
+        """`run(state, pod, node_name, *args)` (returning a Status or None), observed as `point`."""
+        t0 = perf_counter()
+        code = Code.ERROR
+        try:
+            st = run(state, pod, node_name, *args)
+            code = Code.SUCCESS if st is None else st.code
+            return st
+        finally:
+            self.observe_extension_point(point, code, perf_counter() - t0)
+
+    def _run_each(self, state: CycleState, pod: "Pod", node_name: str, point: str, method: str,
+                  plugins: Iterable[Plugin]) -> Optional[Status]:
+        """Each plugin's `method` in order until one does not succeed (its status, with its name)."""
+        record = state.record_plugin_metrics
+        for p in plugins:
+            call = getattr(p, method)
+            st = self.time_plugin(point, p, call, state, pod, node_name) if record else call(state, pod, node_name)
             if st is not None and not st.is_success():
                 return st.with_plugin(p.name)
         return None
 
+    def run_reserve(self, state: CycleState, pod: "Pod", node_name: str) -> Optional[Status]:
+        return self._timed_point("Reserve", self._run_each, state, pod, node_name, "Reserve", "reserve",
+                                 self.points["reserve"])
+
     def run_unreserve(self, state: CycleState, pod: "Pod", node_name: str) -> None:
-        for p in reversed(self.points["reserve"]):
-            p.unreserve(state, pod, node_name)
+        self._timed_point("Unreserve", self._run_all, state, pod, node_name, "Unreserve", "unreserve",
+                          self.points["reserve"][::-1])
+
+    def _run_all(self, state: CycleState, pod: "Pod", node_name: str, point: str, method: str,
+                 plugins: Iterable[Plugin]) -> None:
+        """Every plugin's `method`, whatever it returns (Unreserve, PostBind: kube's label is Success)."""
+        record = state.record_plugin_metrics
+        for p in plugins:
+            call = getattr(p, method)
+            if record:
+                t = perf_counter()
+                call(state, pod, node_name)
+                self.observe_plugin(p.name, point, Code.SUCCESS, perf_counter() - t)
+            else:
+                call(state, pod, node_name)
 
     def run_permit(self, state: CycleState, pod: "Pod", node_name: str) -> Optional[Status]:
         """kube's RunPermitPlugins: the first rejection or error ends it; when plugins asked to
         wait (and none rejected), the pod joins the waiting pods (services["waiting_pods"]) with
         each such plugin's timeout, at most 15 minutes, and the status is Wait."""
+        return self._timed_point("Permit", self._run_permit, state, pod, node_name)
+
+    def _run_permit(self, state: CycleState, pod: "Pod", node_name: str) -> Optional[Status]:
         waits: dict[str, float] = {}
+        record = state.record_plugin_metrics
         for p in self.points["permit"]:
-            st, timeout = p.permit(state, pod, node_name)
+            if record:
+                t = perf_counter()
+                st, timeout = p.permit(state, pod, node_name)
+                self.observe_plugin(p.name, "Permit", Code.SUCCESS if st is None else st.code, perf_counter() - t)
+            else:
+                st, timeout = p.permit(state, pod, node_name)
             if st is None or st.is_success():
                 continue
             if st.is_rejected():
@@ -406,23 +597,28 @@ class Framework(Handle):
         return self.services["waiting_pods"]
 
     def run_pre_bind(self, state: CycleState, pod: "Pod", node_name: str) -> Optional[Status]:
-        for p in self.points["preBind"]:
-            st = p.pre_bind(state, pod, node_name)
-            if st is not None and not st.is_success():
-                return st.with_plugin(p.name)
-        return None
+        return self._timed_point("PreBind", self._run_each, state, pod, node_name, "PreBind", "pre_bind",
+                                 self.points["preBind"])
 
     def run_bind(self, state: CycleState, pod: "Pod", node_name: str) -> Status:
+        """Each Bind plugin until one does not Skip. (The mesh's binding cycle runs the chain
+        itself, up to DefaultBinder, which is the binder service, and observes Bind once the
+        binder answered: schedmesh.mesh.scheduler.binding_cycle.)"""
+        return self._timed_point("Bind", self._run_bind, state, pod, node_name)
+
+    def _run_bind(self, state: CycleState, pod: "Pod", node_name: str) -> Status:
+        record = state.record_plugin_metrics
         for p in self.points["bind"]:
-            st = p.bind(state, pod, node_name)
+            st = self.time_plugin("Bind", p, p.bind, state, pod, node_name) if record else \
+                p.bind(state, pod, node_name)
             if st is not None and st.is_skip():
                 continue
             return (st or Status()).with_plugin(p.name)
         return Status(Code.SKIP)
 
     def run_post_bind(self, state: CycleState, pod: "Pod", node_name: str) -> None:
-        for p in self.points["postBind"]:
-            p.post_bind(state, pod, node_name)
+        self._timed_point("PostBind", self._run_all, state, pod, node_name, "PostBind", "post_bind",
+                          self.points["postBind"])
 
 
 def build_frameworks(profiles: Iterable[Profile], registry: Optional[Registry] = None) -> dict[str, Framework]:

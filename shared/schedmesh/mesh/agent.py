@@ -68,7 +68,7 @@ from schedmesh.mesh.nodepool import KubeletModel, PoolError, SimulatedNode, load
 from schedmesh.mesh.records import (apply_node_update, apply_update, event_batch_record, expand,
                                     node_record, node_update, pod_batch_record, pod_record, status_update)
 from schedmesh.mesh.runtime import ServiceProcess
-from schedmesh.telemetry import metrics
+from schedmesh.telemetry import k8s_attributes, metrics
 from schedmesh.telemetry.propagation import extract_kafka_headers
 from schedmesh.v1 import events_pb2
 
@@ -640,7 +640,7 @@ class KubeletAgent:
         sn.ended[pod.uid] = ended
         self._where[pod.uid] = sn
         with tracer.start_as_current_span("reject_pod", attributes={
-                "schedmesh.pod": pod.key, "schedmesh.node": sn.name, "schedmesh.reason": verdict.reason}):
+                **k8s_attributes(pod, sn.name), "schedmesh.reason": verdict.reason}):
             await self._send(pod_batch_record([status_update(ended, self.name)], self.name))
             await self._send(event_batch_record([event_message(pod, verdict.reason, verdict.message, self.name,
                                                                "Warning")]))
@@ -712,7 +712,7 @@ class KubeletAgent:
         if self._replaying:  # a termination begun before our restart: its events were sent then
             return
         with tracer.start_as_current_span("kill_pod", context=ctx, attributes={
-                "schedmesh.pod": pod.key, "schedmesh.node": sn.name, "schedmesh.grace_seconds": g,
+                **k8s_attributes(pod, sn.name), "schedmesh.grace_seconds": g,
                 "schedmesh.shutdown_seconds": wait, "schedmesh.reason": reason}):
             killing = event_message(pod, "Killing", f"Stopping container {_containers(pod)}", self.name)
             await self._send(event_batch_record([*first, killing]))
@@ -730,8 +730,7 @@ class KubeletAgent:
             sn.update(sp, pod)
             if sp.usage is not NO_USAGE:
                 self._wake(sn, now)
-            with tracer.start_as_current_span("start_pod", context=sp.context, attributes={
-                    "k8s.pod.name": pod.name, "k8s.namespace.name": pod.namespace, "k8s.node.name": sn.name}):
+            with tracer.start_as_current_span("start_pod", context=sp.context, attributes=k8s_attributes(pod, sn.name)):
                 updates.append(status_update(pod, self.name))
                 events.append(event_message(pod, "Started", f"Started container {_containers(pod)}", self.name))
         try:
@@ -757,8 +756,8 @@ class KubeletAgent:
         else:
             self._where.pop(uid, None)
         try:
-            with tracer.start_as_current_span("terminate_pod", context=sp.context, attributes={
-                    "schedmesh.pod": sp.pod.key, "schedmesh.node": sn.name}):
+            with tracer.start_as_current_span("terminate_pod", context=sp.context,
+                                              attributes=k8s_attributes(sp.pod, sn.name)):
                 if ended is not None:
                     await self._send(pod_batch_record([status_update(ended, self.name)], self.name))
                 else:
@@ -783,7 +782,7 @@ class KubeletAgent:
             return
         sp.end = ev.end
         metrics.observe_eviction("NodePressure")
-        with tracer.start_as_current_span("evict_pod", attributes={"schedmesh.pod": sp.pod.key,
+        with tracer.start_as_current_span("evict_pod", attributes={**k8s_attributes(sp.pod, sn.name),
                                                                    "schedmesh.reason": ev.reason}):
             warning = event_message(sp.pod, ev.reason, ev.message, self.name, "Warning")
             await self._begin_termination(sn, sp, sp.pod, Context(), ev.grace_seconds, first=[warning])

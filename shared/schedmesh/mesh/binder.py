@@ -37,7 +37,8 @@ from schedmesh.mesh.cluster_cache import STATE_TOPICS, TOPIC_EVENTS, TOPIC_PODS,
 from schedmesh.mesh.records import (binding_update, event_batch_record, expand, pod_batch_record, pod_message,
                                     publish)
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
-from schedmesh.telemetry import metrics
+from schedmesh.telemetry import k8s_attributes, metrics, set_error
+from schedmesh.telemetry.logs import pod_key
 from schedmesh.telemetry.propagation import extract_kafka_headers, inject_kafka_headers
 from schedmesh.v1 import binder_pb2, binder_pb2_grpc, events_pb2
 
@@ -102,7 +103,8 @@ class BindLedger:
 
     def __init__(self, cache: ClusterCache, fit_args: Optional[dict] = None) -> None:
         self.cache = cache
-        self.framework = Framework(binder_profile(fit_args), snapshot_fn=lambda: cache.snapshot)
+        # an admission check, not a scheduler: kept out of the scheduler_* metrics
+        self.framework = Framework(binder_profile(fit_args), snapshot_fn=lambda: cache.snapshot, record_metrics=False)
         self._committed: dict[str, tuple[Pod, str]] = {}  # uid -> (bound pod, node): not yet seen back
         self._deleted: OrderedDict[str, None] = OrderedDict()  # uids seen tombstoned
 
@@ -190,8 +192,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         """The binding delta and the Scheduled event of one pod, inside the binder's span of that
         pod's trace; the delta carries this span on to the kubelet agent."""
         ctx = extract_kafka_headers([("traceparent", traceparent.encode())]) if traceparent else None
-        with tracer.start_as_current_span("bind", context=ctx, attributes={
-                "k8s.pod.name": pod.name, "k8s.namespace.name": pod.namespace, "k8s.node.name": node}):
+        with tracer.start_as_current_span("bind", context=ctx, attributes=k8s_attributes(pod, node)):
             here = dict(inject_kafka_headers([])).get("traceparent", b"").decode()
             if pod.uid in self.ledger.cache.pods:
                 update = binding_update(pod, node, self.name, here)
@@ -227,17 +228,29 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
                     await publish(self.producer, [pod_batch_record(known, self.name)])
                 except Exception as e:  # noqa: BLE001 - the next refusal announces it again
                     log.warning("announcing %d known binding(s) failed: %r", len(known), e)
-        for pod, b, r in zip(pods, binds, out):
-            if not r.bound:
-                metrics.observe_binder_conflict(r.reason.split(":")[0][:60])
-                log.info("refused %s -> %s (client %s): %s", pod.key, b.node_name, client_id, r.reason)
         log.debug("committed %d of %d binding(s) from %s", len(new), len(out), client_id)
         return out
+
+    @staticmethod
+    def _report_refusals(binds, results: list[binder_pb2.BindResponse], client_id: str) -> None:
+        """Each refused binding (as finally answered): counted, logged, and a `bind` span with
+        status ERROR in its pod's trace, so the trace shows why the attempt did not end bound."""
+        for b, r in zip(binds, results):
+            if r.bound:
+                continue
+            metrics.observe_binder_conflict(r.reason)
+            ctx = extract_kafka_headers([("traceparent", b.traceparent.encode())]) if b.traceparent else None
+            with tracer.start_as_current_span("bind", context=ctx, attributes={
+                    **k8s_attributes(b.pod, b.node_name), "schedmesh.client": client_id}) as span:
+                set_error(span, r.reason)
+                log.info("refused %s -> %s (client %s): %s", pod_key(b.pod), b.node_name, client_id, r.reason,
+                         extra={"pod": b.pod})
 
     async def Bind(self, request: binder_pb2.BindRequest, context) -> binder_pb2.BindResponse:
         span = trace.get_current_span()  # the server span of the tracing interceptor
         span.set_attribute("schedmesh.client", request.client_id)
         (resp,) = await self._commit([request], request.client_id)
+        self._report_refusals([request], [resp], request.client_id)
         if not resp.bound and resp.reason.startswith(PUBLISH_FAILED):
             await context.abort(grpc.StatusCode.UNAVAILABLE, resp.reason)
         span.set_attribute("schedmesh.bound", resp.bound)
@@ -258,6 +271,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
             again = await self._commit([request.binds[i] for i in refused], request.client_id)
             for i, r in zip(refused, again):
                 results[i] = r
+        self._report_refusals(request.binds, results, request.client_id)
         return binder_pb2.BindBatchResponse(results=results)
 
     async def republish_pending(self) -> None:

@@ -108,10 +108,7 @@ class ClusterCache:
             elif topic == TOPIC_NAMESPACES:
                 rec = events_pb2.NamespaceRecord.FromString(value)
                 ns = convert.namespace_from_proto(rec.namespace)
-                if rec.deleted:
-                    self.snapshot.namespace_labels.pop(ns.name, None)
-                else:
-                    self.snapshot.namespace_labels[ns.name] = dict(ns.labels)
+                self.snapshot.set_namespace_labels(ns.name, None if rec.deleted else ns.labels)
             key = f"{topic}/{partition}"
             self.offsets[key] = max(self.offsets.get(key, 0), offset + 1)
             self._changed.notify_all()

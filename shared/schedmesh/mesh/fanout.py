@@ -16,6 +16,7 @@ queue with backoff and is retried, never half-evaluated.
 """
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Optional, Sequence
 
@@ -25,6 +26,7 @@ import numpy as np
 from schedmesh.api import convert
 from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.framework.runtime import Framework, Nominator
+from schedmesh.mesh import batch as batching
 from schedmesh.mesh.runtime import GRPC_OPTIONS
 from schedmesh.scheduling.cycle import Diagnosis, LocalEvaluator
 from schedmesh.security.credentials import TLSFiles, channel
@@ -50,6 +52,9 @@ class FanOutEvaluator(LocalEvaluator):
         # thread for a call when none is running, which cost milliseconds per fan-out.
         self._pool = ThreadPoolExecutor(max_workers=max(len(filter_targets), len(score_targets), 1),
                                         thread_name_prefix="fanout")
+        self._batch: Optional[batching.ShardBatch] = None  # the run of pods being decided (mesh/batch.py)
+        # Where a batch's time goes (seconds, summed): the queue-manager's log shows it.
+        self.batch_phases = dict.fromkeys(("view", "encode", "filter_rpc", "merge", "score_rpc"), 0.0)
 
     @property
     def sharded(self) -> bool:
@@ -75,8 +80,66 @@ class FanOutEvaluator(LocalEvaluator):
                 raise PluginError(Status(Code.ERROR, (f"shard {shard} failed: {e.code().name}: {e.details()}",))) from e
         return out
 
+    # ---- a run of pods in one request per shard ------------------------------------------
+    def begin_batch(self, algo, items: Sequence[tuple[Framework, object]], lock, snapshot_fn,
+                    nominator: Optional[Nominator], traceparents: Optional[dict[str, str]] = None) -> None:
+        """Ask the shards about every pod of `items` (node-local pods, in queue order) at once;
+        the cycles that follow, until `end_batch`, take their answers from here. A shard that
+        fails leaves them to ask pod by pod. `traceparents`: each pod's attempt, which the
+        shards' spans for that pod join."""
+        traceparents = traceparents or {}
+        self.end_batch()
+        if not self.filter_stubs or len(items) < 2:
+            return
+        clock = self.batch_phases
+        t0 = time.perf_counter()
+        with lock:  # the view and the change log start from one cluster state
+            snapshot = snapshot_fn()
+            view = self.view_fn()
+            batch = batching.ShardBatch(snapshot, snapshot.watch_changes(), batching.nominations(nominator))
+        t1 = time.perf_counter()
+        clock["view"] += t1 - t0
+        try:
+            encoded = batching.encode_pods(items)
+            md = inject_grpc_metadata()
+            req = batching.batch_request(view, items, batch.cols.order_digest, encoded, traceparents)
+            t2 = time.perf_counter()
+            clock["encode"] += t2 - t1
+            responses = self._gather([(i, self._pool.submit(stub.FilterBatch, req, timeout=self.timeout, metadata=md))
+                                      for i, stub in enumerate(self.filter_stubs)])
+            t3 = time.perf_counter()
+            clock["filter_rpc"] += t3 - t2
+            batching.filter_answers(batch, [pod for _, pod in items], responses)
+            asked = batching.expected_windows(batch, algo, items) if self.score_stubs else []
+            t4 = time.perf_counter()
+            clock["merge"] += t4 - t3
+            if asked:
+                req = batching.batch_request(view, items, batch.cols.order_digest, encoded, traceparents, asked)
+                responses = self._gather([(i, self._pool.submit(stub.ScoreBatch, req, timeout=self.timeout,
+                                                                metadata=md))
+                                          for i, stub in enumerate(self.score_stubs)])
+                t5 = time.perf_counter()
+                clock["score_rpc"] += t5 - t4
+                batching.score_answers(batch, items, asked, responses)
+                clock["merge"] += time.perf_counter() - t5
+        except PluginError as e:
+            batching.log.warning("batch of %d pods not evaluated on the shards (%s); asking pod by pod",
+                                 len(items), e)
+            batch.close()
+            return
+        self._batch = batch
+
+    def end_batch(self) -> None:
+        if self._batch is not None:
+            self._batch.close()
+            self._batch = None
+
     def filter(self, algo, fw: Framework, state: CycleState, pod, snapshot, ordered: np.ndarray, to_find: int,
                diagnosis: Diagnosis, nominator: Optional[Nominator]) -> np.ndarray:
+        if self._batch is not None:
+            got = self._batch.filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
+            if got is not None:
+                return got
         if not self.filter_stubs:
             return super().filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
         cols = snapshot.cols
@@ -126,6 +189,10 @@ class FanOutEvaluator(LocalEvaluator):
         return ordered[taken]
 
     def raw_scores(self, fw: Framework, state: CycleState, pod, snapshot, rows: np.ndarray) -> dict[str, np.ndarray]:
+        if self._batch is not None:
+            got = self._batch.raw_scores(fw, state, pod, snapshot, rows)
+            if got is not None:
+                return got
         if not self.score_stubs:
             return super().raw_scores(fw, state, pod, snapshot, rows)
         cols = snapshot.cols

@@ -41,7 +41,7 @@ from schedmesh.preemption.default_policy import DISRUPTION_TARGET, REASON_PREEMP
 from schedmesh.preemption.evaluator import PreemptionDecision
 from schedmesh.preemption.executor import SERVICE_KEY as EXECUTOR_SERVICE
 from schedmesh.scheduling.cycle import Diagnosis
-from schedmesh.telemetry import metrics
+from schedmesh.telemetry import k8s_attributes, metrics, set_node
 from schedmesh.v1 import events_pb2, preemption_pb2, preemption_pb2_grpc
 from schedmesh.v1 import scheduling_pb2 as spb
 
@@ -242,22 +242,21 @@ class PreemptionServicer(preemption_pb2_grpc.PreemptionServicer):
         self.evaluator, self.producer = evaluator, producer
 
     async def Preempt(self, request, context):
-        with tracer.start_as_current_span("preempt", attributes={"pod": f"{request.pod.metadata.namespace}/"
-                                                                        f"{request.pod.metadata.name}"}) as span:
+        with tracer.start_as_current_span("preempt", attributes=k8s_attributes(request.pod)) as span:
             try:
                 resp, recs = await asyncio.to_thread(self.evaluator.decide, request)
             except TimeoutError as e:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
             except KeyError as e:
                 await context.abort(grpc.StatusCode.NOT_FOUND, str(e.args[0]))
-            span.set_attribute("node", resp.nominated_node_name)
+            set_node(span, resp.nominated_node_name)
             span.set_attribute("victims", len(resp.victims))
             if recs:
                 # Acted out before answering: the caller holds the preemptor back until the
                 # victims it is told about are terminating.
                 await records.publish(self.producer, recs)
                 log.info("preempted %d pod(s) on %s for %s: %s", len(resp.deleting_uids), resp.nominated_node_name,
-                         request.pod.metadata.name, ", ".join(resp.victims))
+                         request.pod.metadata.name, ", ".join(resp.victims), extra={"pod": request.pod})
             return resp
 
 

@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from typing import Optional
 
 import numpy as np
+from opentelemetry import trace
 
 from schedmesh.api import convert
 from schedmesh.cache.node_info import PodInfo
-from schedmesh.framework.interface import CycleState
+from schedmesh.framework.interface import CycleState, PluginError
 from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh.cluster_cache import ClusterCache
 from schedmesh.mesh.partition import shard_of
 from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm
+from schedmesh.telemetry import extract_grpc_metadata, k8s_attributes
 from schedmesh.v1 import scheduling_pb2 as spb
 
 log = logging.getLogger("schedmesh.shard")
+tracer = trace.get_tracer("schedmesh.shard")
 
 
 class RequestNominator(Nominator):
@@ -58,19 +62,20 @@ class NodeShard:
         # mostly the same in-flight pods, and decoding each again cost more than evaluating.
         self._decoded: dict[bytes, object] = {}
 
-    def _account(self, wait: float, assume: float, evaluate: float) -> None:
+    def _account(self, wait: float, assume: float, evaluate: float, pods: int = 1) -> None:
         t = self._timing
         t["requests"] += 1
+        t["pods"] = t.get("pods", 0) + pods
         t["wait"] += wait
         t["assume"] += assume
         t["eval"] += evaluate
-        if t["requests"] % 100 == 0:
+        if t["requests"] % 100 == 0 or (pods > 1 and t["requests"] % 10 == 0):
             n = t["requests"]
-            log.info("%s: %d requests, mean wait-for-offsets %.1f ms, assume %.1f ms, evaluate %.1f ms",
-                     self.name, n, 1000 * t["wait"] / n, 1000 * t["assume"] / n, 1000 * t["eval"] / n)
+            log.info("%s: %d requests (%d pods), mean wait-for-offsets %.1f ms, assume %.1f ms, evaluate %.1f ms",
+                     self.name, n, t["pods"], 1000 * t["wait"] / n, 1000 * t["assume"] / n, 1000 * t["eval"] / n)
             for k in ("wait", "assume", "eval"):
                 t[k] = 0.0
-            t["requests"] = 0
+            t["requests"] = t["pods"] = 0
 
     def _my_mask(self) -> np.ndarray:
         """Per snapshot row: does this shard own the node? Recomputed when the node set changes."""
@@ -82,6 +87,18 @@ class NodeShard:
 
     def _prepare(self, view: spb.ClusterView, scheduler_name: str) -> tuple[Framework, float]:
         """Returns the framework and when evaluation may start (for the timing log)."""
+        started = self._install(view)
+        return self._framework(scheduler_name), started
+
+    def _framework(self, scheduler_name: str) -> Framework:
+        fw = self.frameworks.get(scheduler_name)
+        if fw is None:
+            raise KeyError(f"no profile with schedulerName {scheduler_name!r}")
+        return fw
+
+    def _install(self, view: spb.ClusterView) -> float:
+        """Wait for the view's offsets and overlay its assumed pods; returns when evaluation may
+        start (for the timing log)."""
         t0 = time.perf_counter()
         offsets = dict(view.offsets)
         if not self.cache.wait_for(offsets):
@@ -91,10 +108,7 @@ class NodeShard:
         self.cache.set_assumed(view.client_id, self._assumed_pods(view))
         t2 = time.perf_counter()
         self._pending_timing = (t1 - t0, t2 - t1)
-        fw = self.frameworks.get(scheduler_name)
-        if fw is None:
-            raise KeyError(f"no profile with schedulerName {scheduler_name!r}")
-        return fw, t2
+        return t2
 
     def _assumed_pods(self, view: spb.ClusterView) -> list[tuple[object, str]]:
         previous, current = self._decoded, {}
@@ -187,3 +201,103 @@ class NodeShard:
             for plugin, arr in raw.items():
                 resp.scores.add(plugin=plugin, raw=arr.tolist())
             return resp
+
+    # ---- batches (schedmesh.mesh.batch) ---------------------------------------------------
+    def _batch_snapshot(self, req: spb.BatchRequest):
+        """The snapshot a batch is evaluated on, once its view is installed (call under the lock)."""
+        snap = self.cache.snapshot
+        if req.order_digest != snap.cols.order_digest:
+            raise TimeoutError(f"{self.name} orders the nodes differently from the caller "
+                               f"(digest {snap.cols.order_digest} != {req.order_digest}); not caught up")
+        return snap
+
+    def filter_batch(self, req: spb.BatchRequest) -> spb.FilterBatchResponse:
+        """Filter every pod of the batch on every node of this shard (no quota: the caller walks
+        kube's node order over all shards' answers), each pod on the same cluster."""
+        started = self._install(req.view)
+        resp = spb.FilterBatchResponse(shard=self.name)
+        try:
+            with self.cache.lock:
+                snap = self._batch_snapshot(req)
+                mine = self._my_mask()
+                nominator = RequestNominator(req.view.nominated)
+                for bp in req.pods:
+                    with _pod_span("filter", bp):
+                        self._filter_one(resp.results.add(), self._framework(bp.scheduler_name),
+                                         convert.pod_from_proto(bp.pod), snap, mine, nominator)
+            return resp
+        finally:
+            self._account(*self._pending_timing, time.perf_counter() - started, len(req.pods))
+
+    def _filter_one(self, out: spb.PodFilterResult, fw: Framework, pod, snap, mine: np.ndarray,
+                    nominator: Nominator) -> None:
+        state = CycleState()
+        try:
+            pre_res, st, _ = fw.run_pre_filter(state, pod, snap)
+            if st is not None and not st.is_success():
+                if not st.is_rejected():
+                    out.error = st.message()
+                    return
+                out.prefilter_rejection.CopyFrom(spb.NodeFailure(code=int(st.code), plugin=st.plugin,
+                                                                 reasons=st.reasons))
+                return
+            rows = np.flatnonzero(mine)
+            if pre_res is not None and not pre_res.all_nodes():
+                cols = snap.cols
+                narrowed = np.array(sorted(i for i in (cols.index_of(n) for n in pre_res.node_names) if i >= 0),
+                                    np.int64)
+                rows = narrowed[mine[narrowed]]
+            feasible, rejected, statuses = self.algorithm.filter_rows(fw, state, pod, snap, rows, nominator)
+        except PluginError as e:
+            out.error = str(e)
+            return
+        out.feasible = np.asarray(feasible, "<i4").tobytes()
+        groups: dict[int, tuple] = {}  # statuses are shared objects: group rows by status
+        for r, st in zip(rejected.tolist(), statuses):
+            g = groups.get(id(st))
+            if g is None:
+                g = groups[id(st)] = (st, [])
+            g[1].append(r)
+        for st, rs in groups.values():
+            out.failures.add(code=int(st.code), plugin=st.plugin, reasons=st.reasons,
+                             rows=np.asarray(rs, "<i4").tobytes())
+
+    def score_batch(self, req: spb.BatchRequest) -> spb.ScoreBatchResponse:
+        """Raw Score of every pod of the batch on the requested rows this shard owns."""
+        started = self._install(req.view)
+        resp = spb.ScoreBatchResponse(shard=self.name)
+        try:
+            with self.cache.lock:
+                snap = self._batch_snapshot(req)
+                mine = self._my_mask()
+                for bp in req.pods:
+                    with _pod_span("score", bp):
+                        self._score_one(resp.results.add(), self._framework(bp.scheduler_name),
+                                        convert.pod_from_proto(bp.pod), snap, mine,
+                                        np.frombuffer(bp.rows, "<i4").astype(np.int64))
+            return resp
+        finally:
+            self._account(*self._pending_timing, time.perf_counter() - started, len(req.pods))
+
+    @staticmethod
+    def _score_one(out: spb.PodScoreResult, fw: Framework, pod, snap, mine: np.ndarray, rows: np.ndarray) -> None:
+        state = CycleState()
+        try:
+            fw.run_pre_filter(state, pod, snap)  # some PreScore steps read PreFilter state
+            fw.run_pre_score(state, pod, snap, rows)
+            own = rows[mine[rows]]
+            raw = fw.run_raw_score(state, pod, snap, own)
+        except PluginError as e:
+            out.error = str(e)
+            return
+        out.rows = own.astype("<i4").tobytes()
+        for plugin, arr in raw.items():
+            out.scores.add(plugin=plugin, raw=np.asarray(arr, "<i8").tobytes())
+
+
+def _pod_span(name: str, bp: spb.BatchPod):
+    """A span for one pod of a batch, in that pod's attempt trace (one trace per attempt)."""
+    if not bp.traceparent:
+        return nullcontext()
+    ctx = extract_grpc_metadata([("traceparent", bp.traceparent)])
+    return tracer.start_as_current_span(name, context=ctx, attributes=k8s_attributes(bp.pod))

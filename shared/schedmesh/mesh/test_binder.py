@@ -55,3 +55,36 @@ def test_without_the_callers_offsets_the_ledger_decides_on_what_it_has():
     fed, old, servicer = setup()
     resp = asyncio.run(servicer.BindBatch(request(fed, {}), None))
     assert [r.bound for r in resp.results] == [False] and "Insufficient cpu" in resp.results[0].reason
+
+
+def test_a_refusal_is_an_error_span_in_the_pods_trace(monkeypatch):
+    """The binder's `bind` span of a refused binding joins the pod's trace (its traceparent) with
+    kube's k8s.* attributes and status ERROR; a binding made has an OK one."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+
+    from schedmesh.mesh import binder as binder_module
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(binder_module, "tracer", provider.get_tracer("test"))
+    attempt = provider.get_tracer("qm").start_span("schedule_pod")
+    ctx = attempt.get_span_context()
+    fed, old, servicer = setup()
+    req = request(fed, {})
+    req.binds[0].traceparent = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-01"
+    free = pod("free", requests={"cpu": "0"}, phase="Pending")
+    req.binds.add(pod=convert.pod_to_proto(free), node_name="n1", client_id="qm")
+    resp = asyncio.run(servicer.BindBatch(req, None))
+    assert [r.bound for r in resp.results] == [False, True]
+    spans = [s for s in exporter.get_finished_spans() if s.name == "bind"]
+    refused = next(s for s in spans if s.attributes["k8s.pod.name"] == "new")
+    assert refused.context.trace_id == ctx.trace_id and refused.parent.span_id == ctx.span_id
+    assert refused.status.status_code is StatusCode.ERROR and "Insufficient cpu" in refused.status.description
+    assert {k: refused.attributes[k] for k in ("k8s.namespace.name", "k8s.node.name", "k8s.pod.uid")} == {
+        "k8s.namespace.name": "default", "k8s.node.name": "n1", "k8s.pod.uid": req.binds[0].pod.metadata.uid}
+    made = next(s for s in spans if s.attributes["k8s.pod.name"] == "free")
+    assert made.status.status_code is StatusCode.UNSET and made.attributes["k8s.node.name"] == "n1"

@@ -42,6 +42,12 @@ class _Servicer(sgrpc.FilterWorkerServicer, sgrpc.ScoreWorkerServicer):
     async def Score(self, request, context):
         return await self._call(self.evaluator.score, request, context)
 
+    async def FilterBatch(self, request, context):
+        return await self._call(self.evaluator.filter_batch, request, context)
+
+    async def ScoreBatch(self, request, context):
+        return await self._call(self.evaluator.score_batch, request, context)
+
 
 async def serve(kind: str, shard: int, shards: int, port: int, bootstrap: str, config: str | None) -> None:
     name = f"{kind}-worker-{shard}"

@@ -135,7 +135,8 @@ class ActiveQueue:
             uid = p.pod.meta.uid
             if uid in self._in_flight_pods:
                 # The same pod tracked twice would leak its in-flight entry: drop this copy.
-                log.error("pod %s is already in flight; discarding the duplicate popped from the queue", p.key)
+                log.error("pod %s is already in flight; discarding the duplicate popped from the queue", p.key,
+                          extra={"pod": p})
                 continue
             self._in_flight_pods[uid] = self._in_flight_events.push_back(p.pod)
             self.sched_cycle += 1

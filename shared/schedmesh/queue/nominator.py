@@ -71,10 +71,11 @@ class Nominator:
         if self._pod_lister is not None:
             current = self._pod_lister(pod.meta.namespace, pod.meta.name)
             if current is None:
-                log.debug("pod %s doesn't exist, not adding it to the nominator", pod.key)
+                log.debug("pod %s doesn't exist, not adding it to the nominator", pod.key, extra={"pod": pod})
                 return
             if current.node_name:
-                log.debug("pod %s is already scheduled to %s, not nominating it", pod.key, current.node_name)
+                log.debug("pod %s is already scheduled to %s, not nominating it", pod.key, current.node_name,
+                          extra={"pod": pod})
                 return
         self.nominated_pod_to_node[pod.meta.uid] = node
         refs = self.nominated_pods.setdefault(node, [])

@@ -302,9 +302,9 @@ class PriorityQueue(RuntimeNominator):
         p.gating_plugin = pl.name
         p.gating_plugin_events = list(self._plugin_events.get(pl.name, ()))
         if st.code == Code.ERROR:
-            log.error("PreEnqueue plugin %s failed for pod %s: %s", pl.name, p.key, st.message())
+            log.error("PreEnqueue plugin %s failed for pod %s: %s", pl.name, p.key, st.message(), extra={"pod": p})
         else:
-            log.debug("pod %s gated by PreEnqueue plugin %s: %s", p.key, pl.name, st.message())
+            log.debug("pod %s gated by PreEnqueue plugin %s: %s", p.key, pl.name, st.message(), extra={"pod": p})
         return False
 
     # ---- moving pods between queues --------------------------------------------------------
@@ -321,7 +321,8 @@ class PriorityQueue(RuntimeNominator):
                 return False
             self._unschedulable.add_or_update(p)
             self._incoming("unschedulable", event, p)
-            log.debug("pod %s gated by %s, kept in unschedulablePods (event %s)", p.key, p.gating_plugin, event)
+            log.debug("pod %s gated by %s, kept in unschedulablePods (event %s)", p.key, p.gating_plugin, event,
+                      extra={"pod": p})
             return False
         if p.initial_attempt_timestamp is None:
             p.initial_attempt_timestamp = self.clock.now()
@@ -382,7 +383,8 @@ class PriorityQueue(RuntimeNominator):
             return QueueingStrategy.QUEUE_AFTER_BACKOFF
         hint_map = self.queueing_hints.get(p.pod.scheduler_name)
         if hint_map is None:
-            log.error("no queueing hints registered for profile %r (pod %s)", p.pod.scheduler_name, p.key)
+            log.error("no queueing hints registered for profile %r (pod %s)", p.pod.scheduler_name, p.key,
+                      extra={"pod": p})
             return QueueingStrategy.QUEUE_AFTER_BACKOFF
         strategy = QueueingStrategy.QUEUE_SKIP
         for registered, fns in hint_map.items():
@@ -413,7 +415,7 @@ class PriorityQueue(RuntimeNominator):
             return QueueingStrategy.QUEUE_AFTER_BACKOFF
         events = self._active.cluster_events_for_pod(p)
         if events is None:
-            log.error("in-flight pod %s isn't found in the scheduling queue", p.key)
+            log.error("in-flight pod %s isn't found in the scheduling queue", p.key, extra={"pod": p})
             return QueueingStrategy.QUEUE_AFTER_BACKOFF
         strategy = QueueingStrategy.QUEUE_SKIP
         for e in events:
@@ -481,7 +483,8 @@ class PriorityQueue(RuntimeNominator):
                 strategy = self._hint_for_in_flight_pod(p)
                 queue = self._requeue_with_strategy(p, strategy, SCHEDULE_ATTEMPT_FAILURE)
                 log.debug("pod %s moved to %s after a failed attempt (cycle %d, hint %s, plugins %s)", pod.key, queue,
-                          pod_scheduling_cycle, strategy.name, sorted(p.unschedulable_plugins | p.pending_plugins))
+                          pod_scheduling_cycle, strategy.name, sorted(p.unschedulable_plugins | p.pending_plugins),
+                          extra={"pod": pod})
                 if self._wakes_pop(queue):
                     self._broadcast()
             finally:
@@ -514,7 +517,8 @@ class PriorityQueue(RuntimeNominator):
             events = (pod_scheduling_properties_change(new_pod, old_pod) if old_pod is not None
                       else [EVENT_UNSCHEDULED_POD_UPDATE])
             if self._active.add_events_if_pod_in_flight(old_pod, new_pod, events):
-                log.debug("pod %s updated while in flight; it is requeued later if needed", new_pod.key)
+                log.debug("pod %s updated while in flight; it is requeued later if needed", new_pod.key,
+                          extra={"pod": new_pod})
                 return
             if old_pod is not None:
                 lookup = _lookup(old_pod)
@@ -530,7 +534,8 @@ class PriorityQueue(RuntimeNominator):
                     strategy = self.is_pod_worth_requeuing(p, ev, old_pod, new_pod)
                     queue = self._requeue_with_strategy(p, strategy, event_label(ev))
                     if queue != UNSCHEDULABLE_Q:
-                        log.debug("pod %s moved to %s by its update (%s)", new_pod.key, queue, event_label(ev))
+                        log.debug("pod %s moved to %s by its update (%s)", new_pod.key, queue, event_label(ev),
+                                  extra={"pod": new_pod})
                     if self._wakes_pop(queue):
                         self._broadcast()
                         break

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from time import perf_counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence
 
@@ -131,6 +132,12 @@ class SchedulingAlgorithm:
         num = num_all_nodes * percentage // 100
         return max(num, MIN_FEASIBLE_NODES_TO_FIND)
 
+    def nodes_to_find(self, fw: Framework, n: int) -> int:
+        """How many feasible nodes the search stops at, among `n` (PreFilter-narrowed) nodes."""
+        if not self._has_extender_filters() and not self._has_scoring(fw):
+            return 1
+        return self.num_feasible_nodes_to_find(fw.profile.percentage_of_nodes_to_score, n)
+
     def _has_scoring(self, fw: Framework) -> bool:
         return fw.has_score_plugins() or any(e.is_prioritizer() for e in self.extenders)
 
@@ -178,7 +185,11 @@ class SchedulingAlgorithm:
         if pod.nominated_node_name and not evaluate_all:
             ni = snapshot.get(pod.nominated_node_name)
             if ni is not None:
+                t0 = perf_counter()
                 nst = fw.run_filter_with_nominated_pods(state, pod, ni, nominator)
+                # kube's evaluateNominatedNode is a search of its own (findNodesThatPassFilters)
+                fw.observe_extension_point("Filter", Code.SUCCESS if nst is None or nst.is_rejected()
+                                           or nst.is_success() else Code.ERROR, perf_counter() - t0)
                 if nst is None or nst.is_success():
                     rows = np.array([ni.index], np.int64)
                     try:
@@ -202,12 +213,7 @@ class SchedulingAlgorithm:
         else:
             rows = all_rows
         n = len(rows)
-        if evaluate_all:
-            to_find = n
-        else:
-            to_find = self.num_feasible_nodes_to_find(fw.profile.percentage_of_nodes_to_score, n)
-            if not self._has_extender_filters() and not self._has_scoring(fw):
-                to_find = 1
+        to_find = n if evaluate_all else self.nodes_to_find(fw, n)
         if n == 0:
             return rows, diagnosis
         start = 0 if evaluate_all else self.next_start_node_index % n
@@ -225,6 +231,21 @@ class SchedulingAlgorithm:
     def filter_in_order(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot",
                         ordered: np.ndarray, to_find: int, diagnosis: Diagnosis,
                         nominator: Optional[Nominator]) -> np.ndarray:
+        """The search below, timed as kube times it: one Filter extension point observation per
+        search (kube's findNodesThatPassFilters; the framework's filter runs are per node or per
+        chunk), Error when a plugin failed."""
+        t0 = perf_counter()
+        code = Code.ERROR
+        try:
+            out = self._filter_in_order(fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
+            code = Code.SUCCESS
+            return out
+        finally:
+            fw.observe_extension_point("Filter", code, perf_counter() - t0)
+
+    def _filter_in_order(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot",
+                         ordered: np.ndarray, to_find: int, diagnosis: Diagnosis,
+                         nominator: Optional[Nominator]) -> np.ndarray:
         """Filter nodes in `ordered` order and keep the first `to_find` that pass.
 
         kube's search (findNodesThatPassFilters) cancels when the (to_find+1)-th feasible node
@@ -244,13 +265,8 @@ class SchedulingAlgorithm:
             part = ordered[pos:pos + chunk]
             pos += len(part)
             position[part] = np.arange(len(part))
-            if nominated_rows:
-                feasible, rows, statuses = self._filter_chunk_with_nominated(
-                    fw, state, pod, snapshot, part, nominated_rows, nominator, position)
-            else:
-                out = fw.run_filter_nodes(state, pod, snapshot, part)
-                feasible, rows = out.feasible, out.rejected_rows
-                statuses = [out.statuses[i] for i in out.rejected_status_index.tolist()]
+            feasible, rows, statuses = self._filter_chunk(fw, state, pod, snapshot, part, nominated_rows,
+                                                          nominator, position)
             need = to_find - n_found
             if not search_all and len(feasible) > need:
                 # The (to_find+1)-th feasible node cancels the search: it and everything after
@@ -267,6 +283,31 @@ class SchedulingAlgorithm:
             for st in {id(st): st for st in statuses}.values():
                 diagnosis.add_plugin_status(st)
         return np.concatenate(found) if found else np.empty(0, np.int64)
+
+    def filter_rows(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot", rows: np.ndarray,
+                    nominator: Optional[Nominator]) -> tuple[np.ndarray, np.ndarray, list[Status]]:
+        """Filter every node of `rows`, no quota: feasible rows, and rejected rows with their
+        statuses, in `rows` order. A search as filter_in_order's: one Filter observation."""
+        t0 = perf_counter()
+        code = Code.ERROR
+        try:
+            position = np.empty(snapshot.cols.n, np.int64)
+            position[rows] = np.arange(len(rows))
+            out = self._filter_chunk(fw, state, pod, snapshot, rows,
+                                     self._rows_with_nominated_pods(pod, snapshot, nominator), nominator, position)
+            code = Code.SUCCESS
+            return out
+        finally:
+            fw.observe_extension_point("Filter", code, perf_counter() - t0)
+
+    def _filter_chunk(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot", part: np.ndarray,
+                      nominated_rows: set[int], nominator: Optional[Nominator],
+                      position: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[Status]]:
+        if nominated_rows:
+            return self._filter_chunk_with_nominated(fw, state, pod, snapshot, part, nominated_rows, nominator,
+                                                     position)
+        out = fw.run_filter_nodes(state, pod, snapshot, part)
+        return out.feasible, out.rejected_rows, [out.statuses[i] for i in out.rejected_status_index.tolist()]
 
     def _filter_chunk_with_nominated(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot",
                                      part: np.ndarray, nominated_rows: set[int], nominator: Optional[Nominator],

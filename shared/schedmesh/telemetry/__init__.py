@@ -10,7 +10,8 @@
   :func:`set_error` (``k8s.pod.name``, ``k8s.namespace.name``, ``k8s.node.name``; errors
   as span status).
 * Logs: :func:`setup_logging` - klog-style text or JSON lines, with the current span's
-  trace_id/span_id and the pod passed in ``extra={"pod": ...}`` (:mod:`.logs`).
+  trace_id/span_id and the pod passed in ``extra={"pod": ...}`` or set for a whole attempt
+  by :func:`pod_context`; :func:`v` is kube's V-level (:mod:`.logs`).
 * :mod:`schedmesh.telemetry.metrics` - Prometheus metrics (kube-scheduler's and the
   mesh's), one recording function per event, and the /metrics server. Imported on its
   own: ``from schedmesh.telemetry import metrics``.
@@ -19,7 +20,7 @@
 
 from schedmesh.telemetry.conventions import k8s_attributes, set_error, set_node, set_pod
 from schedmesh.telemetry.grpc_tracing import client_interceptors, server_interceptor
-from schedmesh.telemetry.logs import TraceContextFilter, setup_logging
+from schedmesh.telemetry.logs import TraceContextFilter, in_pod_context, pod_context, setup_logging, v
 from schedmesh.telemetry.propagation import (
     extract_grpc_metadata,
     extract_kafka_headers,
@@ -39,10 +40,12 @@ __all__ = [
     "client_interceptors",
     "extract_grpc_metadata",
     "extract_kafka_headers",
+    "in_pod_context",
     "inject_grpc_metadata",
     "inject_kafka_headers",
     "k8s_attributes",
     "make_tracer_provider",
+    "pod_context",
     "server_interceptor",
     "service_resource",
     "set_error",
@@ -52,4 +55,5 @@ __all__ = [
     "setup_tracing",
     "shutdown_tracing",
     "tracing_configured",
+    "v",
 ]

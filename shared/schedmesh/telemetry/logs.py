@@ -13,29 +13,107 @@ JSON logging format: ``{"ts": 1732356000.123456, "caller": "queue_manager.py:123
 Every record logged inside an active OpenTelemetry span carries that span's ``trace_id``
 and ``span_id``; a record logged with ``extra={"pod": pod}`` carries the pod's
 ``namespace/name`` (a Pod, PodInfo-like object with ``.pod``, protobuf or manifest dict, or
-a string).
+a string). A scheduling attempt runs inside :func:`pod_context` (kube's
+``klog.LoggerWithValues(logger, "pod", ...)``): every record logged there, from any module
+and without ``extra``, carries the attempt's pod and the trace of the span it was given;
+an explicit ``extra={"pod": other}`` still wins (a line about another pod that the attempt
+moved).
+
+Structured values (klog's key/value pairs): ``extra={"kv": {"node": "n1",
+"evaluatedNodes": 12}}`` prints ``node="n1" evaluatedNodes=12`` after the pod in text and
+adds the keys to the JSON object.
 
 Verbosity, from the environment:
 
-* ``SCHEDMESH_VERBOSITY=N`` (kube's ``-v=N``): 0-3 INFO; 4-5 DEBUG for schedmesh's own
-  loggers (kube's debug level is 4); 6 and up DEBUG for every library too (aiokafka, grpc).
+* ``SCHEDMESH_VERBOSITY=N`` (kube's ``-v=N``): schedmesh's own loggers show the lines
+  logged at ``log.log(v(n), ...)`` for n <= N (``log.info`` is V(0), ``log.debug`` is V(4),
+  kube's debug level); 6 and up is also DEBUG for every library (aiokafka, grpc).
 * ``SCHEDMESH_LOG_LEVEL`` (DEBUG, INFO, WARNING, ERROR, CRITICAL) sets the level of every
-  logger; used when SCHEDMESH_VERBOSITY is not set. Default INFO.
+  logger; used when SCHEDMESH_VERBOSITY is not set. Default INFO (V(0)).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import json
 import logging
 import os
 import sys
 import time
-from typing import Any, Optional, TextIO
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, TextIO, TypeVar
 
 from opentelemetry import trace
 
 _LETTERS = {logging.DEBUG: "I", logging.INFO: "I", logging.WARNING: "W", logging.ERROR: "E", logging.CRITICAL: "F"}
 # klog's V-level that a record's Python level stands for (JSON "v"); DEBUG is kube's -v=4.
 _DEBUG_V = 4
+_MAX_V = 10
+_T = TypeVar("_T")
+
+
+def v(level: int) -> int:
+    """The Python level of kube's ``V(level)``: ``log.log(v(2), ...)`` is ``klog.V(2).InfoS``.
+
+    V(0) is INFO, V(1)-V(3) lie between INFO and DEBUG, V(4) is DEBUG (kube's debug level),
+    V(5)-V(10) lie below DEBUG."""
+    level = max(0, min(int(level), _MAX_V))
+    if level < _DEBUG_V:
+        return logging.INFO - level
+    return logging.DEBUG - (level - _DEBUG_V)
+
+
+def v_of(levelno: int) -> int:
+    """The V-level a Python level below WARNING stands for (inverse of :func:`v`)."""
+    if levelno >= logging.INFO:
+        return 0
+    if levelno > logging.DEBUG:
+        return min(logging.INFO - levelno, _DEBUG_V - 1)
+    return min(_DEBUG_V + (logging.DEBUG - levelno), _MAX_V)
+
+
+@dataclass(frozen=True, slots=True)
+class _PodContext:
+    pod: str
+    span: Optional[trace.Span]
+
+
+_POD_CONTEXT: contextvars.ContextVar[Optional[_PodContext]] = contextvars.ContextVar(
+    "schedmesh_pod_context", default=None)
+
+
+@contextlib.contextmanager
+def pod_context(pod: Any, span: Optional[trace.Span] = None) -> Iterator[None]:
+    """Every record logged inside (this thread or task) carries ``pod``; with ``span``, the
+    span is made current too (``trace.use_span(span, end_on_exit=False)``: re-entering an
+    attempt's root span in another thread, or after it ended), so the records carry its
+    trace, and spans started inside are its children."""
+    token = _POD_CONTEXT.set(_PodContext(pod_key(pod), span))
+    try:
+        if span is None:
+            yield
+        else:
+            with trace.use_span(span, end_on_exit=False):
+                yield
+    finally:
+        _POD_CONTEXT.reset(token)
+
+
+def in_pod_context(pod: Any, span: Optional[trace.Span], fn: Callable[..., _T]) -> Callable[..., _T]:
+    """``fn`` run inside ``pod_context(pod, span)``: for work handed to another thread (a
+    thread pool does not carry context variables over)."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> _T:
+        with pod_context(pod, span):
+            return fn(*args, **kwargs)
+    return run
+
+
+def current_pod() -> str:
+    """The pod of the innermost :func:`pod_context` ("" outside any)."""
+    ctx = _POD_CONTEXT.get()
+    return ctx.pod if ctx is not None else ""
 
 
 def pod_key(pod: Any) -> str:
@@ -61,23 +139,48 @@ def pod_key(pod: Any) -> str:
 
 
 class TraceContextFilter(logging.Filter):
-    """Adds ``trace_id`` / ``span_id`` (hex, "" outside a span) and ``pod`` ("" unless
-    passed in ``extra``) to every record. Attached to handlers, so it sees records of every
-    logger."""
+    """Adds ``trace_id`` / ``span_id`` (hex, "" outside a span) and ``pod`` (from ``extra``,
+    else the enclosing :func:`pod_context`'s, else "") to every record. Attached to
+    handlers, so it sees records of every logger."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        attempt = _POD_CONTEXT.get()
         ctx = trace.get_current_span().get_span_context()
+        if not ctx.is_valid and attempt is not None and attempt.span is not None:
+            ctx = attempt.span.get_span_context()
         if ctx.is_valid:
             record.trace_id = format(ctx.trace_id, "032x")
             record.span_id = format(ctx.span_id, "016x")
         else:
             record.trace_id = record.span_id = ""
-        record.pod = pod_key(getattr(record, "pod", None))
+        pod = getattr(record, "pod", None)
+        record.pod = pod_key(pod) if pod is not None else (attempt.pod if attempt is not None else "")
         return True
 
 
-def _kv(record: logging.LogRecord) -> list[tuple[str, str]]:
-    return [(k, v) for k in ("pod", "trace_id", "span_id") if (v := getattr(record, k, ""))]
+# JSON fields a record's key/value pairs cannot replace ("err" they may: kube logs an error's
+# text as "err"; an exception's traceback still wins).
+_RESERVED = frozenset(("ts", "caller", "msg", "level", "v", "logger", "service", "pid", "pod", "trace_id",
+                       "span_id", "stack"))
+
+
+def _kv(record: logging.LogRecord) -> list[tuple[str, Any]]:
+    """pod, the record's own key/value pairs (``extra={"kv": {...}}``), trace_id, span_id."""
+    out: list[tuple[str, Any]] = []
+    if pod := getattr(record, "pod", ""):
+        out.append(("pod", pod))
+    values = getattr(record, "kv", None)
+    if isinstance(values, dict):
+        out.extend((str(k), val) for k, val in values.items() if str(k) not in _RESERVED)
+    out.extend((k, val) for k in ("trace_id", "span_id") if (val := getattr(record, k, "")))
+    return out
+
+
+def _value(val: Any) -> str:
+    """klog's rendering of a value: numbers and booleans bare, everything else quoted."""
+    if isinstance(val, (bool, int, float)) or val is None:
+        return json.dumps(val)
+    return json.dumps(val if isinstance(val, str) else str(val))
 
 
 class KlogFormatter(logging.Formatter):
@@ -91,7 +194,7 @@ class KlogFormatter(logging.Formatter):
                 f".{micros:06d} {record.process:7d} {record.filename}:{record.lineno}] {record.getMessage()}")
         pairs = _kv(record)
         if pairs:
-            line += " " + " ".join(f"{k}={json.dumps(v)}" for k, v in pairs)
+            line += " " + " ".join(f"{k}={_value(val)}" for k, val in pairs)
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
@@ -99,6 +202,15 @@ class KlogFormatter(logging.Formatter):
         if record.stack_info:
             line += "\n" + self.formatStack(record.stack_info)
         return line
+
+
+def _level_name(levelno: int) -> str:
+    """info for V(0)-V(3), debug for V(4) and below (kube's debug level), else the level's name."""
+    if levelno <= logging.DEBUG:
+        return "debug"
+    if levelno < logging.WARNING:
+        return "info"
+    return logging.getLevelName(levelno).lower()
 
 
 class JsonFormatter(logging.Formatter):
@@ -113,15 +225,16 @@ class JsonFormatter(logging.Formatter):
             "ts": round(record.created, 6),
             "caller": f"{record.filename}:{record.lineno}",
             "msg": record.getMessage(),
-            "level": record.levelname.lower(),
+            "level": _level_name(record.levelno),
         }
         if record.levelno < logging.WARNING:
-            out["v"] = _DEBUG_V if record.levelno < logging.INFO else 0
+            out["v"] = v_of(record.levelno)
         out["logger"] = record.name
         if self.service:
             out["service"] = self.service
         out["pid"] = record.process
-        out.update(_kv(record))
+        for key, val in _kv(record):
+            out[key] = val if isinstance(val, (str, int, float, bool)) or val is None else str(val)
         if record.exc_info:
             out["err"] = self.formatException(record.exc_info)
         if record.stack_info:
@@ -135,12 +248,10 @@ def levels_from_env(env: Optional[dict[str, str]] = None) -> tuple[int, int]:
     verbosity = (env.get("SCHEDMESH_VERBOSITY") or "").strip()
     if verbosity:
         try:
-            v = int(verbosity)
+            n = int(verbosity)
         except ValueError:
-            v = 0
-        if v >= 6:
-            return logging.DEBUG, logging.DEBUG
-        return (logging.DEBUG if v >= _DEBUG_V else logging.INFO), logging.INFO
+            n = 0
+        return v(n), (logging.DEBUG if n >= 6 else logging.INFO)
     name = (env.get("SCHEDMESH_LOG_LEVEL") or "INFO").strip().upper()
     level = logging.getLevelName(name)
     if not isinstance(level, int):

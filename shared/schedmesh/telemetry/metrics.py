@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Iterator
 from typing import Any, Optional
@@ -50,7 +51,7 @@ SCHEDULED, UNSCHEDULABLE, ERROR = "scheduled", "unschedulable", "error"
 QUEUES = ("active", "backoff", "unschedulable", "gated")
 # {extension_point}, as kube spells them
 EXTENSION_POINTS = (
-    "PreFilter", "Filter", "PreFilterExtensionAddPod", "PreFilterExtensionRemovePod",
+    "PreEnqueue", "PreFilter", "Filter", "PreFilterExtensionAddPod", "PreFilterExtensionRemovePod",
     "PostFilter", "PreScore", "Score", "ScoreExtensionNormalize", "PreBind",
     "PreBindPreFlight", "Bind", "PostBind", "Reserve", "Unreserve", "Permit", "Sign",
 )
@@ -119,7 +120,7 @@ PREEMPTION_VICTIMS = Histogram(
 # ------------------------------------------------------------------------ the mesh's
 SHARD_REQUEST_DURATION = Histogram(
     "schedmesh_shard_request_duration_seconds",
-    "Latency of one Filter or Score request from the queue-manager to one shard, in seconds.",
+    "Time a shard worker spends on one Filter, Score, FilterBatch or ScoreBatch request, in seconds.",
     ["shard", "method"],
     buckets=exponential_buckets(0.0005, 2, 16),
 )
@@ -225,8 +226,8 @@ def observe_extension_point(extension_point: str, status: Any, profile: str, sec
 
 
 def observe_plugin(plugin: str, extension_point: str, status: Any, seconds: float) -> None:
-    """One plugin ran at one extension point for ``seconds``. (kube samples this one: it
-    records 10 % of scheduling cycles; callers may do the same.)"""
+    """One plugin ran at one extension point for ``seconds``. (kube samples this one: it records
+    10 % of scheduling cycles, those whose CycleState.record_plugin_metrics is set.)"""
     PLUGIN_EXECUTION_DURATION.labels(plugin, extension_point, status_label(status)).observe(seconds)
 
 
@@ -258,9 +259,30 @@ def observe_batch(stage: str, size: int) -> None:
     BATCH_SIZE.labels(stage).observe(size)
 
 
+# The binder's refusals that name a pod or a node, by their kind: a label value must not carry
+# a name (one series per pod). What a fit plugin says ("Insufficient cpu") is kept as it is.
+# (Prefixes: a caller may have cut the reason short.)
+_CONFLICT_KINDS = (
+    (re.compile(r"pod \S+ is already bound"), "already bound"),
+    (re.compile(r"pod \S+ has been deleted"), "pod deleted"),
+    (re.compile(r"pod \S+ is being deleted"), "pod being deleted"),
+    (re.compile(r'node "'), "node not found"),
+)
+
+
+def binder_conflict_reason(reason: str) -> str:
+    """The reason label of a refusal: its kind when it names a pod or node, else its text up to
+    the first ':' (at most 60 characters)."""
+    for pattern, kind in _CONFLICT_KINDS:
+        if pattern.match(reason):
+            return kind
+    return reason.split(":")[0][:60] or "unknown"
+
+
 def observe_binder_conflict(reason: str) -> None:
-    """The binder refused a bind (e.g. "Insufficient cpu", "node not found", "already bound")."""
-    BINDER_CONFLICTS.labels(reason).inc()
+    """The binder refused a bind: ``reason`` is the refusal as answered (binder_conflict_reason
+    makes it a label: "already bound", "node not found", "Insufficient cpu", ...)."""
+    BINDER_CONFLICTS.labels(binder_conflict_reason(reason)).inc()
 
 
 def observe_eviction(reason: str) -> None:

@@ -231,3 +231,23 @@ async def test_service_process_serves_metrics(monkeypatch: pytest.MonkeyPatch, k
     assert proc.metrics_server is None
     monkeypatch.setenv("SCHEDMESH_METRICS_PORT", "-1")
     assert ServiceProcess("metrics-off", 0).metrics_port is None
+
+
+@pytest.mark.parametrize("reason, label", [
+    ("pod default/web-1 is already bound to node-3", "already bound"),
+    ("pod default/a-pod-with-a-rather-long-name-indeed is already bound to general-1", "already bound"),
+    ("pod team/x has been deleted", "pod deleted"),
+    ("pod team/x is being deleted", "pod being deleted"),
+    ('node "general-7" not found', "node not found"),
+    ("Insufficient cpu", "Insufficient cpu"),
+    ("Insufficient cpu, Insufficient memory", "Insufficient cpu, Insufficient memory"),
+    ("publishing the binding failed: KafkaTimeoutError", "publishing the binding failed"),
+    ("", "unknown"),
+])
+def test_binder_conflict_reasons_name_no_pod_or_node(reason: str, label: str) -> None:
+    """One series per kind of refusal, not per pod: the reasons that name a pod or node are
+    their kind; a fit plugin's reason is kept."""
+    assert metrics.binder_conflict_reason(reason) == label
+    before = _value("schedmesh_binder_conflicts_total", reason=label)
+    metrics.observe_binder_conflict(reason)
+    assert _value("schedmesh_binder_conflicts_total", reason=label) == before + 1

@@ -72,13 +72,10 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         as kube-apiserver's plugins run, in its order: Priority, DefaultTolerationSeconds, RuntimeClass."""
         qm = self.qm
         try:
-            m = load_text(request.manifest, request.source or "<manifest>", strict_names=qm.cfg.strict_names)
-            warnings = [] if qm.cfg.strict_names else api_server_name_warnings(m)
-            with qm.cache.lock:
-                classes = list(qm.cache.priority_classes.values())
-            admit_all(m, classes)
-            for p in m.pods:  # kube-apiserver's DefaultTolerationSeconds admission (not-ready, unreachable: 300 s)
-                p.tolerations = default_toleration_seconds(p.tolerations)
+            # In a worker thread: reading a large manifest (up to MAX_EXPANDED_NODES nodes, a
+            # workload's replicas, its template's hash) takes long enough to stall every other
+            # RPC and the scheduling loop if done on this event loop.
+            m, warnings = await asyncio.to_thread(self._admit, request.manifest, request.source or "<manifest>")
         except ManifestError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         plan = await self._plan(m)  # RuntimeClass admission there: it needs the pods' live copies
@@ -111,6 +108,20 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             stored = replace(plan.publish, pods=plan.stored_pods)
             await asyncio.to_thread(qm.store.write, records.manifest_records(stored, source=qm.cfg.client_id))
         return queue_pb2.ApplyResponse(applied=plan.lines, warnings=warnings)
+
+    def _admit(self, manifest: str, source: str) -> tuple[Manifests, list[str]]:
+        """Read a manifest and run the admission that needs no live pod (Priority,
+        DefaultTolerationSeconds): the objects and the name warnings, or ManifestError. Runs in a
+        worker thread (the cache is read under its lock)."""
+        qm = self.qm
+        m = load_text(manifest, source, strict_names=qm.cfg.strict_names)
+        warnings = [] if qm.cfg.strict_names else api_server_name_warnings(m)
+        with qm.cache.lock:
+            classes = list(qm.cache.priority_classes.values())
+        admit_all(m, classes)
+        for p in m.pods:  # kube-apiserver's DefaultTolerationSeconds admission (not-ready, unreachable: 300 s)
+            p.tolerations = default_toleration_seconds(p.tolerations)
+        return m, warnings
 
     async def _plan(self, m):
         """What to publish for an applied manifest and kubectl's line for each object."""
@@ -295,18 +306,12 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
     metrics_url: str = ""
 
     async def GetServices(self, request, context):
-        """The services this scheduler talks to, for `schedmesh get services` against a remote mesh:
-        itself (address "": the one the client reached), its shards, binder, preemption and
-        controller-manager. Peers' /metrics are not known here (each serves its own)."""
-        cfg = self.qm.cfg
+        """The services of this mesh, for `schedmesh get services` against a remote mesh: itself
+        (address "": the one the client reached), its shards, binder, preemption,
+        controller-manager and kubelet agents, each with the address and /metrics URL this
+        scheduler is configured with (schedmesh.mesh.scheduler.services)."""
+        from schedmesh.mesh.scheduler.services import mesh_services
         out = queue_pb2.ServiceList()
-        out.services.add(name=cfg.client_id, address="", metrics_url=self.metrics_url)
-        for kind, addresses in (("filter-worker", cfg.filter_workers), ("score-worker", cfg.score_workers)):
-            for i, address in enumerate(addresses):
-                out.services.add(name=f"{kind}-{i}", address=address)
-        peers = (("binder", cfg.binder), ("preemption", cfg.preemption or ""),
-                 ("controller-manager", os.environ.get("SCHEDMESH_CONTROLLER_MANAGER", "")))
-        for name, address in peers:
-            if address:
-                out.services.add(name=name, address=address)
+        for s in mesh_services(self.qm.cfg, self.metrics_url, os.environ):
+            out.services.add(name=s.name, address=s.address, metrics_url=s.metrics_url)
         return out

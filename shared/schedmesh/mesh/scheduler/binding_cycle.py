@@ -4,9 +4,14 @@ bindings decided while the binder answered the previous one), PostBind; a refuse
 forgotten and its pod requeued. A binding whose outcome is unknown (the binder down,
 or its record unacknowledged by a dying broker) is sent again to the same node rather than
 forgotten: forgetting it would let the pod be scheduled, and re-published unbound, while the
-binding may already be in the log."""
+binding may already be in the log.
+
+Each pod's part runs inside its attempt's log context (schedmesh.telemetry.pod_context, its root
+span re-entered): every line carries the pod and the attempt's trace id, as in the scheduling
+cycle."""
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import time
@@ -22,7 +27,7 @@ from schedmesh.framework.interface import Code, Status
 from schedmesh.plugins.default_binder.plugin import NAME as DEFAULT_BINDER
 from schedmesh.mesh.binder import PUBLISH_FAILED
 from schedmesh.scheduling.cycle import Diagnosis, FitError
-from schedmesh.telemetry import metrics
+from schedmesh.telemetry import k8s_attributes, metrics, pod_context, set_error, v
 from schedmesh.v1 import binder_pb2
 from schedmesh.mesh.scheduler.state import AssumedPod, PodNotes
 
@@ -32,6 +37,20 @@ tracer = trace.get_tracer("schedmesh.queue_manager")
 
 # Answers after which a binding may or may not have been made.
 _OUTCOME_UNKNOWN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def _attempt_context(a: AssumedPod):
+    """The pod's attempt in this thread: lines carry the pod, its root span is current again."""
+    return pod_context(a.pod, a.span)
+
+
+def _per_pod(method):
+    """A method about one assumed pod (its first argument) runs in that pod's attempt context."""
+    @functools.wraps(method)
+    def run(self, a: AssumedPod, *args, **kwargs):
+        with _attempt_context(a):
+            return method(self, a, *args, **kwargs)
+    return run
 
 
 class BindingCycle:
@@ -57,18 +76,19 @@ class BindingCycle:
             except Exception:  # noqa: BLE001 - a failed batch must never lose its pods
                 log.exception("binding batch of %d failed", len(batch))
                 for a in batch:
-                    self._binding_failed(a, "internal error in the binding cycle")
+                    self._binding_failed(a, "internal error in the binding cycle")  # in its pod's context
 
     def _bind_batch(self, batch: list[AssumedPod]) -> None:
         ready: list[AssumedPod] = []
         for a in batch:
-            if a.permit is not None and not self._permit_allowed(a):
-                continue
-            st = a.fw.run_pre_bind(a.state, a.pod, a.node)
-            if st is not None and not st.is_success():
-                self._binding_failed(a, f"PreBind: {st.message()}")
-            else:
-                ready.append(a)
+            with _attempt_context(a):
+                if a.permit is not None and not self._permit_allowed(a):
+                    continue
+                st = a.fw.run_pre_bind(a.state, a.pod, a.node)
+                if st is not None and not st.is_success():
+                    self._binding_failed(a, f"PreBind: {st.message()}")
+                else:
+                    ready.append(a)
         ready = self._bind_plugins(self._extenders_binding(ready))
         if not ready:
             return
@@ -86,6 +106,7 @@ class BindingCycle:
             ready = self._still_assumed(unknown)
 
     # ---- Permit's wait ----------------------------------------------------------------------
+    @_per_pod
     def _permit_allowed(self, a: AssumedPod) -> bool:
         """The answer to a pod Permit held (kube's WaitOnPermit in bindingCycle): allowed, it
         goes on to PreBind; rejected (by a plugin, a timeout or its deletion), it is
@@ -129,22 +150,24 @@ class BindingCycle:
             err = failed.get(a.pod.uid)
             if err is None:
                 out.append(a)
-            else:
+                continue
+            with _attempt_context(a):
                 log.warning("extender bind of %s to %s failed: %s", a.pod.key, a.node, err)
                 self._binding_cycle_error(a, err)
         return out
 
+    @_per_pod
     def _extender_bind(self, a: AssumedPod, extenders: list) -> Optional[str]:
         """The first interested extender binds; returns its error (None: bound, or every one
         failed and was ignorable, leaving the binding to the binder as to kube's bind plugins)."""
         ctx = trace.set_span_in_context(a.span) if a.span is not None else None
         for ext in extenders:
-            with tracer.start_as_current_span("extender_bind", context=ctx,
-                                              attributes={"extender": ext.name, "node": a.node}) as span:
+            with tracer.start_as_current_span("extender_bind", context=ctx, attributes={
+                    "schedmesh.extender": ext.name, **k8s_attributes(a.pod, a.node)}) as span:
                 try:
                     ext.bind(a.pod, a.node)
                 except Exception as e:  # noqa: BLE001 - transport, HTTP status or the extender's Error
-                    span.set_status(trace.Status(trace.StatusCode.ERROR, str(e)))
+                    set_error(span, str(e))
                     if ext.is_ignorable():
                         log.info("skipping extender %s in bind of %s: it failed (%s) and is ignorable",
                                  ext.name, a.pod.key, e)
@@ -162,12 +185,16 @@ class BindingCycle:
         extender does; one that fails, or all skipping, fails the binding."""
         out = []
         for a in ready:
-            st = None if a.bound_by else self._run_bind_plugins(a)
-            if st is None or st.is_success():
-                out.append(a)
-            else:
-                log.warning("Bind plugins did not bind %s to %s: %s", a.pod.key, a.node, st.message())
-                self._binding_cycle_error(a, f"Binding rejected: {st.message()}")
+            with _attempt_context(a):
+                if not a.bound_by:
+                    a.bind_started = time.perf_counter()
+                st = None if a.bound_by else self._run_bind_plugins(a)
+                if st is None or st.is_success():
+                    out.append(a)
+                else:
+                    self._observe_bind(a, st.code)
+                    log.warning("Bind plugins did not bind %s to %s: %s", a.pod.key, a.node, st.message())
+                    self._binding_cycle_error(a, f"Binding rejected: {st.message()}")
         return out
 
     @staticmethod
@@ -177,7 +204,8 @@ class BindingCycle:
             if p.name == DEFAULT_BINDER:
                 return None
             try:
-                st = p.bind(a.state, a.pod, a.node)
+                st = (a.fw.time_plugin("Bind", p, p.bind, a.state, a.pod, a.node)
+                      if a.state is not None and a.state.record_plugin_metrics else p.bind(a.state, a.pod, a.node))
             except Exception as e:  # noqa: BLE001 - a plugin's failure is a bind error
                 st = Status.as_error(e)
             if st is not None and st.is_skip():
@@ -228,7 +256,25 @@ class BindingCycle:
                     a.span.end()
         return waiting
 
+    @staticmethod
+    def _observe_bind(a: AssumedPod, code: Code) -> None:
+        """kube's Bind extension point metric (RunBindPlugins, DefaultBinder's API call included):
+        here from the start of the pod's Bind plugins to the binder's answer, once per pod whose
+        Bind plugins ran (not one an extender bound, as in kube). In a sampled cycle the binder's
+        part is DefaultBinder's plugin duration."""
+        if not a.bind_started:
+            return
+        seconds = time.perf_counter() - a.bind_started
+        a.bind_started = 0.0
+        metrics.observe_extension_point("Bind", code, a.pod.scheduler_name, seconds)  # the pod's profile
+        if a.state is not None and a.state.record_plugin_metrics and not a.bound_by:
+            metrics.observe_plugin(DEFAULT_BINDER, "Bind", code, seconds)
+
+    @_per_pod
     def _bound(self, a: AssumedPod) -> None:
+        self._observe_bind(a, Code.SUCCESS)
+        log.log(v(2), "Successfully bound pod to node", extra={"pod": a.pod, "kv": {
+            "node": a.node, "evaluatedNodes": a.evaluated_nodes, "feasibleNodes": a.feasible_nodes}})
         try:
             a.fw.run_post_bind(a.state, a.pod, a.node)
         except Exception:
@@ -241,17 +287,20 @@ class BindingCycle:
             a.span.set_attribute("bound", True)
             a.span.end()
 
+    @_per_pod
     def _binding_failed(self, a: AssumedPod, reason: str) -> None:
+        self._observe_bind(a, Code.ERROR)
         log.warning("binding %s to %s refused: %s", a.pod.key, a.node, reason)
         self._binding_cycle_error(a, f"Binding rejected: {reason}")
 
+    @_per_pod
     def _binding_cycle_error(self, a: AssumedPod, message: str = "", fit: Optional[FitError] = None) -> None:
         """kube's handleBindingCycleError: Unreserve, forget the assumed pod (an assigned pod's
         deletion for the queue), then the pod back to the queue: unschedulable with the FitError's
         message when `fit` (Permit rejected it), otherwise with backoff and `message`."""
         pod, node = a.pod, a.node
         span = a.span if a.span is not None else trace.INVALID_SPAN
-        span.set_status(trace.Status(trace.StatusCode.ERROR, fit.message() if fit is not None else message))
+        set_error(span, fit.message() if fit is not None else message)
         with self.cache.lock:
             try:
                 a.fw.run_unreserve(a.state, pod, node)

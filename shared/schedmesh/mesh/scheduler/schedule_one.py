@@ -16,6 +16,7 @@ from schedmesh.queue.backoff_queue import backoff_duration_ns
 from schedmesh.api.types import Pod, PodCondition
 from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.mesh import records
+from schedmesh.mesh.batch import batchable
 from schedmesh.mesh.fanout import FanOutEvaluator
 from schedmesh.mesh.preemption_service import preempt_request
 from schedmesh.queue.nominator import NominatingInfo
@@ -24,6 +25,7 @@ from schedmesh.queue.scheduling_queue import QueueError
 from schedmesh.scheduling.cycle import Diagnosis, FitError, NoNodesAvailableError, run_post_filter
 from schedmesh.plugins.default_preemption.plugin import NAME as DEFAULT_PREEMPTION
 from schedmesh.telemetry import inject_grpc_metadata, metrics
+from schedmesh.telemetry import in_pod_context, k8s_attributes, pod_context, set_error, set_node, v
 from schedmesh.mesh.scheduler.state import AssumedPod, PodNotes, trace_id_of
 
 log = logging.getLogger("schedmesh.queue_manager")
@@ -40,15 +42,33 @@ def trace_method(obj: Any, method: str, span_name: str) -> None:
 
 
 class TracedEvaluator(FanOutEvaluator):
-    """The fan-out with `filter` / `score` spans around each phase."""
+    """The fan-out with `filter` / `score` spans around each phase, and a `shard_batch` trace
+    for each run of pods asked of the shards at once (each pod's `filter` span names it)."""
 
     filter_seconds = 0.0
     score_seconds = 0.0
+    batch_seconds = 0.0
+    batches = 0
+    batched_pods = 0
+    _batch_trace = ""
+
+    def begin_batch(self, algo, items, *a, **kw):
+        t0 = time.perf_counter()
+        # Its own trace: the run serves many pods' attempts, each of which is a trace of its own.
+        with tracer.start_as_current_span("shard_batch", context=trace.set_span_in_context(trace.INVALID_SPAN),
+                                          attributes={"schedmesh.batch.pods": len(items)}) as span:
+            self._batch_trace = trace_id_of(span)
+            super().begin_batch(algo, items, *a, **kw)
+        self.batch_seconds += time.perf_counter() - t0
+        if self._batch is not None:
+            self.batches += 1
+            self.batched_pods += len(items)
 
     def filter(self, *a, **kw):
         t0 = time.perf_counter()
+        attrs = {"schedmesh.batch_trace_id": self._batch_trace} if self._batch is not None else None
         try:
-            with tracer.start_as_current_span("filter"):
+            with tracer.start_as_current_span("filter", attributes=attrs):
                 return super().filter(*a, **kw)
         finally:
             self.filter_seconds += time.perf_counter() - t0
@@ -89,39 +109,96 @@ class ScheduleOne:
             # A broker-restart re-publication takes the gate: it waits for the attempt in flight
             # and holds the next one, so no pod it publishes unbound is bound meanwhile.
             with self._cycle_gate:
-                qpi = self.queue.try_pop()
-                if qpi is not None:
-                    self._attempt(qpi)
+                run = self._pop_run()
+                if run:
+                    self._attempt_run(run)
                     continue
             if self.queue.closed:
                 return
             self._stop.wait(0.02)
 
-    def _attempt(self, qpi: QueuedPodInfo) -> None:
+    def _batchable(self, qpi: QueuedPodInfo) -> bool:
+        fw = self.frameworks.get(qpi.pod.scheduler_name)
+        return fw is not None and not self.cfg.extenders and batchable(fw, qpi.pod)
+
+    def _pop_run(self) -> list[tuple[QueuedPodInfo, int]]:
+        """The next pod, and with shards the node-local pods queued behind it (up to the batch
+        size): one run, asked of the shards at once (schedmesh.mesh.batch). A pod that is not
+        node-local ends the run and is attempted last, on its own. Each pod keeps the scheduling
+        cycle of its pop, as kube's does."""
+        qpi = self.queue.try_pop()
+        if qpi is None:
+            return []
+        run = [(qpi, self.queue.scheduling_cycle())]
+        if not self.evaluator.filter_stubs:
+            return run
+        while len(run) < self.cfg.shard_batch_size and self._batchable(run[-1][0]):
+            nxt = self.queue.try_pop()
+            if nxt is None:
+                break
+            run.append((nxt, self.queue.scheduling_cycle()))
+        return run
+
+    def _attempt_run(self, run: list[tuple[QueuedPodInfo, int]]) -> None:
+        items = [(self.frameworks[q.pod.scheduler_name], q.pod) for q, _ in run if self._batchable(q)]
+        if len(items) > 1:
+            # Each batched pod's attempt starts with the batch: the shards' work on it joins its trace.
+            parents = {}
+            for q, _ in run:
+                if q.pod.uid not in self._early_roots and self._batchable(q):
+                    root = self._early_roots[q.pod.uid] = self._root_span(q)
+                    parents[q.pod.uid] = dict(inject_grpc_metadata(context=trace.set_span_in_context(root)))[
+                        "traceparent"] if root.get_span_context().is_valid else ""
+            self.evaluator.begin_batch(self.algo, items, self.cache.lock, lambda: self.cache.snapshot, self.queue,
+                                       parents)
+        try:
+            for qpi, cycle in run:
+                self._attempt(qpi, cycle)
+        finally:
+            self.evaluator.end_batch()
+            for root in self._early_roots.values():  # pods skipped (deleted or bound meanwhile)
+                root.end()
+            self._early_roots.clear()
+
+    @staticmethod
+    def _root_span(qpi: QueuedPodInfo):
+        return tracer.start_span("schedule_pod", attributes={**k8s_attributes(qpi.pod),
+                                                             "schedmesh.attempt": qpi.attempts})
+
+    def _attempt(self, qpi: QueuedPodInfo, cycle: Optional[int] = None) -> None:
         t0 = time.perf_counter()
         try:
-            result = self.schedule_one(qpi)
+            result = self.schedule_one(qpi, cycle)
             took = time.perf_counter() - t0
             self.cycle_seconds += took
             if result:
                 metrics.observe_attempt(result, qpi.pod.scheduler_name, took)
             if self.attempts % 100 == 0:
-                log.info("%d attempts, mean attempt %.1f ms (filter fan-out %.1f ms, score fan-out %.1f ms); %s",
+                ev = self.evaluator
+                log.info("%d attempts, mean attempt %.1f ms (filter %.1f ms, score %.1f ms; shard batches %.1f ms "
+                         "per pod, %d batches of %.1f pods); %s",
                          self.attempts, 1000 * self.cycle_seconds / self.attempts,
-                         1000 * self.evaluator.filter_seconds / self.attempts,
-                         1000 * self.evaluator.score_seconds / self.attempts, self.queue.pending_pods_summary())
+                         1000 * ev.filter_seconds / self.attempts, 1000 * ev.score_seconds / self.attempts,
+                         1000 * ev.batch_seconds / self.attempts, ev.batches, ev.batched_pods / max(ev.batches, 1),
+                         self.queue.pending_pods_summary())
+                if ev.batches:
+                    log.info("shard batches, ms per batch: %s", ", ".join(
+                        f"{k} {1000 * t / ev.batches:.1f}" for k, t in ev.batch_phases.items()))
         except Exception:
-            log.exception("scheduling %s failed unexpectedly", qpi.key)
+            with pod_context(qpi.pod):
+                log.exception("scheduling %s failed unexpectedly", qpi.key)
             metrics.observe_attempt(metrics.ERROR, qpi.pod.scheduler_name, time.perf_counter() - t0)
-            self._requeue_error(qpi, self.queue.scheduling_cycle())
+            self._requeue_error(qpi, self.queue.scheduling_cycle() if cycle is None else cycle)
 
-    def schedule_one(self, qpi: QueuedPodInfo) -> str:
+    def schedule_one(self, qpi: QueuedPodInfo, cycle: Optional[int] = None) -> str:
         """One attempt; returns its result as kube's metrics label it ("" when skipped, or when
-        Permit holds the pod: the binding cycle counts it when the wait ends)."""
+        Permit holds the pod: the binding cycle counts it when the wait ends). `cycle`: the
+        queue's scheduling cycle when the pod was popped (default: now)."""
         started = time.perf_counter()
         pod = qpi.pod
         self.attempts += 1
-        cycle = self.queue.scheduling_cycle()
+        if cycle is None:
+            cycle = self.queue.scheduling_cycle()
         fw = self.frameworks.get(pod.scheduler_name)
         with self.cache.lock:
             current = self.cache.pods.get(pod.uid)
@@ -131,12 +208,12 @@ class ScheduleOne:
         if current.nominated_node_name != pod.nominated_node_name:
             qpi.update(current)  # a nomination (preemption) the queue's copy has not caught up with
             pod = qpi.pod
-        root = tracer.start_span("schedule_pod", attributes={"pod": pod.key, "attempt": qpi.attempts})
+        root = self._early_roots.pop(pod.uid, None) or self._root_span(qpi)
         trace_id = trace_id_of(root)
         ctx = trace.set_span_in_context(root)
         handed_off = False
         try:
-            with trace.use_span(root, end_on_exit=False):
+            with pod_context(pod, root):  # every line of the attempt carries its pod and trace
                 start_ns = int(qpi.timestamp * 1e9) if qpi.timestamp else None
                 tracer.start_span("queue_wait", context=ctx, start_time=start_ns).end()
                 state = CycleState()
@@ -158,12 +235,13 @@ class ScheduleOne:
                             self._post_filter_locally(fw, state, pod, e)
                     if fit_err is None:
                         host = res.suggested_host
-                        with tracer.start_as_current_span("select", attributes={"node": host}):
+                        with tracer.start_as_current_span("select", attributes=k8s_attributes(node=host)):
                             pass
                         # Assume (kube's assume also drops the pod's nomination).
                         self.cache.snapshot.add_pod(pod, host)
                         self.queue.delete_nominated_pod_if_exists(pod)
                         a = AssumedPod(pod, host, fw, state, qpi, cycle, root, trace_id, started=started)
+                        a.evaluated_nodes, a.feasible_nodes = res.evaluated_nodes, res.feasible_nodes
                         with self._assumed_lock:
                             self.assumed[pod.uid] = a
                         st = fw.run_reserve(state, pod, host)
@@ -190,7 +268,7 @@ class ScheduleOne:
                     else:
                         self._unschedulable(qpi, cycle, fit_err, trace_id, root)
                     return metrics.UNSCHEDULABLE
-                root.set_attribute("node", host)
+                set_node(root, host)
                 a.traceparent = dict(inject_grpc_metadata(context=ctx)).get("traceparent", "")
                 handed_off = True
                 if waiting:
@@ -203,13 +281,17 @@ class ScheduleOne:
                 return metrics.SCHEDULED
         except (PluginError, NoNodesAvailableError) as e:
             msg = str(e)
-            log.warning("attempt for %s failed: %s; retrying with backoff", pod.key, msg)
-            root.set_status(trace.Status(trace.StatusCode.ERROR, msg))
-            with self._notes_lock:
-                self.notes.setdefault(pod.uid, PodNotes()).trace_id = trace_id
-            self._requeue_error(qpi, cycle)
-            if isinstance(e, NoNodesAvailableError):
-                self._publish_failed(pod, f"0/0 nodes are available: {msg}.", trace_id)
+            with pod_context(pod, root):  # outside the attempt's `with`: enter it again
+                set_error(root, e, record=False)  # recorded as it left the attempt's `with`
+                if isinstance(e, NoNodesAvailableError):  # kube's handleSchedulingFailure, same levels
+                    log.log(v(2), "Unable to schedule pod; no nodes are registered to the cluster; waiting")
+                else:
+                    log.error("Error scheduling pod; retrying", extra={"kv": {"err": msg}})
+                with self._notes_lock:
+                    self.notes.setdefault(pod.uid, PodNotes()).trace_id = trace_id
+                self._requeue_error(qpi, cycle)
+                if isinstance(e, NoNodesAvailableError):
+                    self._publish_failed(pod, f"0/0 nodes are available: {msg}.", trace_id)
             return metrics.ERROR
         finally:
             if not handed_off:
@@ -292,6 +374,7 @@ class ScheduleOne:
     def _unschedulable(self, qpi: QueuedPodInfo, cycle: int, err: FitError, trace_id: str, span,
                        nominating: Optional[NominatingInfo] = None) -> None:
         msg = err.message()
+        log.log(v(2), "Unable to schedule pod; no fit; waiting", extra={"pod": qpi.pod, "kv": {"err": msg}})
         span.set_attribute("unschedulable", msg)
         qpi.unschedulable_plugins = set(err.diagnosis.unschedulable_plugins)
         qpi.pending_plugins = set(err.diagnosis.pending_plugins)
@@ -333,11 +416,13 @@ class ScheduleOne:
         stays in flight until the answer, so events meanwhile are replayed on its requeue, and
         DefaultPreemption's PreEnqueue holds it back until its victims are going."""
         self.preemptions.started(qpi.pod.uid)
-        span = tracer.start_span("preempt", context=ctx, attributes={"pod": qpi.pod.key})
+        span = tracer.start_span("preempt", context=ctx, attributes=k8s_attributes(qpi.pod))
         md = inject_grpc_metadata(context=trace.set_span_in_context(span))
         req.traceparent = dict(md).get("traceparent", "")
         try:
-            self._preemption_pool.submit(self._preempt, qpi, cycle, fw, state, err, req, trace_id, span, md)
+            # the pool's thread logs with the pod and the preempt span's trace
+            self._preemption_pool.submit(in_pod_context(qpi.pod, span, self._preempt),
+                                         qpi, cycle, fw, state, err, req, trace_id, span, md)
         except RuntimeError:  # shutting down
             self.preemptions.answered(qpi.pod.uid, ())
             span.end()
@@ -354,7 +439,7 @@ class ScheduleOne:
                 # and the pod retried with backoff (preemption with it).
                 why = f"{e.code().name}: {e.details()}"
                 log.warning("preemption service failed for %s (%s); retrying with backoff", pod.key, why)
-                span.set_status(trace.Status(trace.StatusCode.ERROR, why))
+                set_error(span, why)
                 self.preemptions.answered(pod.uid, ())
                 self._post_filter_locally(fw, state, pod, err)
                 span.set_attribute("unschedulable", err.message())
@@ -369,7 +454,7 @@ class ScheduleOne:
             self.preemptions.answered(pod.uid, resp.deleting_uids if resp.code == int(Code.SUCCESS) else ())
             nominating = NominatingInfo(resp.nominated_node_name) if resp.has_result else None
             if resp.nominated_node_name:
-                span.set_attribute("node", resp.nominated_node_name)
+                set_node(span, resp.nominated_node_name)
                 span.set_attribute("victims", len(resp.victims))
             self._unschedulable(qpi, cycle, err, trace_id, span, nominating)
         except Exception:

@@ -88,6 +88,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self._extender_bind_pool = (concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="extender-bind")
                                     if any(e.is_binder() for e in cfg.extenders) else None)
         self.assumed: dict[str, AssumedPod] = {}  # uid -> pods assumed, not yet seen bound
+        self._early_roots: dict = {}  # uid -> attempt span started with its shard batch
         self._assumed_lock = threading.Lock()
         self._cycle_gate = threading.Lock()  # held by each attempt, and by a re-publication
         # After a broker restart: set once this producer's records are sent again; bindings wait

@@ -30,6 +30,8 @@ class QueueManagerConfig:
     pod_initial_backoff_seconds: float = 1.0
     pod_max_backoff_seconds: float = 10.0
     shard_timeout: float = 10.0
+    # Node-local pods asked of the shards in one request (schedmesh.mesh.batch); 1: pod by pod.
+    shard_batch_size: int = 64
     bind_timeout: float = 10.0
     # A binding whose outcome is unknown (binder unreachable, or its publication unacknowledged:
     # it may be in the log) is sent again, to the same node, for this long before it is refused.
@@ -83,6 +85,12 @@ class AssumedPod:
     proto: Any = None
     # The extender or Bind plugin that bound the pod ahead of the binder service ("": none).
     bound_by: str = ""
+    # When its Bind plugins started (time.perf_counter(); 0: they did not run, e.g. an extender
+    # bound it): Bind's extension point metric is observed once the binder answered.
+    bind_started: float = 0.0
+    # The scheduling cycle's counts, for kube's "Successfully bound pod to node" line.
+    evaluated_nodes: int = 0
+    feasible_nodes: int = 0
 
 
 @dataclass

@@ -188,3 +188,87 @@ def test_bind_plugins_run_in_the_profiles_order_before_the_binder(answer, sent_t
     if not sent_to_binder:
         assert c.forgotten == ["a"] and c.requeued == ["a"]
         assert c.events[0][1].startswith("Binding rejected: running Bind plugin 'Scripted': ")
+
+
+def test_binding_cycle_lines_carry_their_pod_and_its_attempts_trace() -> None:
+    """kube's V(2) "Successfully bound pod to node" for the bound pod; every line about the
+    refused one carries that pod and its attempt's trace id, though the binding thread runs
+    outside both attempts' spans; the refused attempt's root span ends with status ERROR."""
+    import io
+    import json
+    import logging
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+
+    from schedmesh.telemetry.logs import JsonFormatter, TraceContextFilter, v
+
+    class PerPod(ScriptedBinder):
+        def BindBatch(self, req, timeout):
+            self.calls.append([(b.pod.metadata.name, b.node_name) for b in req.binds])
+            return binder_pb2.BindBatchResponse(results=[
+                binder_pb2.BindResponse(bound=b.pod.metadata.name == "a",
+                                        reason="" if b.pod.metadata.name == "a" else "0/1 nodes: Insufficient cpu")
+                for b in req.binds])
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(TraceContextFilter())
+    logger = logging.getLogger("schedmesh.queue_manager")
+    saved = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(v(2))
+    try:
+        c = Cycle(PerPod(), retry_seconds=30)
+        a, b = c.assume("a", "node-1"), c.assume("b", "node-2")
+        for x in (a, b):
+            x.span = tracer.start_span("schedule_pod")
+            x.trace_id = f"{x.span.get_span_context().trace_id:032x}"
+        a.evaluated_nodes, a.feasible_nodes = 12, 5
+        c._bind_batch([a, b])
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    bound = [ln for ln in lines if ln["msg"] == "Successfully bound pod to node"]
+    assert len(bound) == 1 and bound[0]["v"] == 2
+    assert {k: bound[0][k] for k in ("pod", "node", "evaluatedNodes", "feasibleNodes", "trace_id")} == {
+        "pod": "default/a", "node": "node-1", "evaluatedNodes": 12, "feasibleNodes": 5, "trace_id": a.trace_id}
+    about_b = [ln for ln in lines if "default/b" in ln["msg"] or ln.get("pod") == "default/b"]
+    assert about_b and all((ln.get("pod"), ln.get("trace_id")) == ("default/b", b.trace_id) for ln in about_b), about_b
+    spans = {s.context.trace_id: s for s in exporter.get_finished_spans() if s.name == "schedule_pod"}
+    refused = spans[b.span.get_span_context().trace_id]
+    assert refused.status.status_code is StatusCode.ERROR
+    assert refused.status.description == "Binding rejected: 0/1 nodes: Insufficient cpu"
+    assert spans[a.span.get_span_context().trace_id].status.status_code is StatusCode.UNSET
+
+
+def test_bind_is_observed_once_the_binder_answered_as_kubes_bind_extension_point() -> None:
+    """kube's Bind extension point metric covers RunBindPlugins, DefaultBinder's API call
+    included: here from the pod's Bind plugins to the binder's answer, Success when bound, Error
+    when refused; a pod an extender bound has no Bind plugins run, and no observation."""
+    from dataclasses import replace
+
+    from prometheus_client import REGISTRY
+
+    def count(status: str) -> float:
+        return REGISTRY.get_sample_value("scheduler_framework_extension_point_duration_seconds_count", {
+            "extension_point": "Bind", "status": status, "profile": "bind-metrics"}) or 0.0
+
+    c = Cycle(ScriptedBinder("", "pod default/b is already bound to node-9"), retry_seconds=30)
+    ok, refused, by_extender = c.assume("a", "node-1"), c.assume("b", "node-2"), c.assume("c", "node-3")
+    for a in (ok, refused, by_extender):
+        a.pod = replace(a.pod, scheduler_name="bind-metrics")
+    by_extender.bound_by = "an-extender"
+    before = count("Success"), count("Error")
+    c._bind_batch([ok, by_extender])
+    c._bind_batch([refused])
+    assert c.done == ["uid-a", "uid-c"] and c.forgotten == ["b"]
+    assert (count("Success") - before[0], count("Error") - before[1]) == (1, 1)

@@ -22,6 +22,9 @@ Binder = Callable[[Pod, str], None]
 class DefaultBinder(BindPlugin):
     name: ClassVar[str] = NAME
 
+    def node_local(self, pod) -> bool:
+        return True  # binding reads no other pod
+
     def __init__(self, args: Optional[dict] = None, handle: Any = None) -> None:
         super().__init__(args, handle)
         candidate = handle.services.get("binder") if handle is not None else None

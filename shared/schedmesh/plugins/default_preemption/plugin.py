@@ -27,6 +27,9 @@ MSG_WAITING_FOR_PREEMPTION = "waiting for the preemption for this pod to be fini
 class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin, EnqueueExtensions):
     name: ClassVar[str] = NAME
 
+    def node_local(self, pod) -> bool:
+        return True  # PostFilter; a nomination it makes ends a batch (schedmesh.mesh.batch)
+
     def __init__(self, args: Optional[dict] = None, handle: Any = None,
                  enable_async_preemption: bool = True) -> None:
         super().__init__(args, handle)

@@ -55,6 +55,9 @@ class DynamicResources(PreEnqueuePlugin, PreFilterPlugin, FilterPlugin, PostFilt
     name: ClassVar[str] = NAME
     has_normalize: ClassVar[bool] = True
 
+    def node_local(self, pod) -> bool:
+        return True  # no claims are modelled
+
     def __init__(self, args: Optional[dict] = None, handle: Any = None) -> None:
         super().__init__(args, handle)
         # DynamicResourcesArgs (filterTimeout, bindingTimeout) only matter with claims.

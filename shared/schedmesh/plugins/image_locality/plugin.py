@@ -92,6 +92,9 @@ class _ImageIndex:
 class ImageLocality(ScorePlugin):
     name: ClassVar[str] = NAME
 
+    def node_local(self, pod) -> bool:
+        return True  # images are node facts
+
     def __init__(self, args: Optional[dict] = None, handle: Any = None) -> None:
         super().__init__(args, handle)
         # Rebuilt whenever the snapshot rebuilds its columns (i.e. when nodes change).

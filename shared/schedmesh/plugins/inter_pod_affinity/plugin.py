@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Optional
 import numpy as np
 
 from schedmesh.api.types import Node, Pod
-from schedmesh.cache.node_info import AffinityTerm, NodeInfo, PodInfo, new_affinity_term
+from schedmesh.cache.node_info import AffinityTerm, NodeInfo, PodInfo, new_affinity_term, pod_with_affinity
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.events import (ActionType, ClusterEvent, ClusterEventWithHint, EventResource,
                                         QueueingHint)
@@ -87,6 +87,11 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         self.config = InterPodAffinityArgs.from_dict(args)
 
     # ---- PreFilter and its extensions ------------------------------------------------------
+    def node_local(self, pod: Pod) -> bool:
+        # Without terms of its own, a pod is judged by the existing pods' terms only, and pods
+        # without terms (as every node-local pod is) change no such verdict when assumed.
+        return not pod_with_affinity(pod)
+
     def pre_filter(self, state: CycleState, pod: Pod, snapshot: Snapshot
                    ) -> tuple[Optional[PreFilterResult], Optional[Status]]:
         s = compute_pre_filter_state(pod, snapshot)

@@ -83,6 +83,9 @@ class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, E
     name: ClassVar[str] = NAME
     has_normalize: ClassVar[bool] = True
 
+    def node_local(self, pod) -> bool:
+        return True  # node labels and fields only
+
     def __init__(self, args: Optional[dict] = None, handle: Any = None) -> None:
         super().__init__(args, handle)
         parsed = parse_args(args)

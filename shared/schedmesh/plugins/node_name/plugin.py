@@ -22,6 +22,9 @@ def fits(pod: Pod, node_info) -> bool:
 class NodeName(FilterPlugin, EnqueueExtensions):
     name: ClassVar[str] = NAME
 
+    def node_local(self, pod) -> bool:
+        return True  # the node name only
+
     def __init__(self, args: Optional[dict] = None, handle=None) -> None:
         super().__init__(args, handle)
         self._mismatch = Status.unresolvable(ERR_REASON)

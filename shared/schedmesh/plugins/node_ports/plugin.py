@@ -84,6 +84,9 @@ class _ConflictCache:
 class NodePorts(PreFilterPlugin, FilterPlugin, EnqueueExtensions):
     name: ClassVar[str] = NAME
 
+    def node_local(self, pod) -> bool:
+        return True  # the ports of the node's own pods
+
     def __init__(self, args: Optional[dict] = None, handle: Any = None) -> None:
         super().__init__(args, handle)
         self._conflict = Status.unschedulable(ERR_REASON)

@@ -41,6 +41,9 @@ def _best_effort(pod_requests: list[int]) -> bool:
 class BalancedAllocation(PreScorePlugin, ScorePlugin):
     name: ClassVar[str] = NAME
 
+    def node_local(self, pod) -> bool:
+        return True  # the requests of the node's own pods
+
     def __init__(self, args: Optional[dict] = None, handle: Optional[Handle] = None) -> None:
         super().__init__(args, handle)
         self.balanced_args = parse_balanced_allocation_args(args)

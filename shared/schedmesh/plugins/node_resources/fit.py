@@ -211,6 +211,9 @@ def _scorer_for(args: FitArgs) -> ResourceAllocationScorer:
 class Fit(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensions):
     name: ClassVar[str] = NAME
 
+    def node_local(self, pod) -> bool:
+        return True  # the requests of the node's own pods
+
     def __init__(self, args: Optional[dict] = None, handle: Optional[Handle] = None) -> None:
         super().__init__(args, handle)
         self.fit_args = parse_fit_args(args)

@@ -25,6 +25,9 @@ ERR_REASON_UNKNOWN_CONDITION = "node(s) had unknown conditions"  # declared by k
 class NodeUnschedulable(FilterPlugin, EnqueueExtensions):
     name: ClassVar[str] = NAME
 
+    def node_local(self, pod) -> bool:
+        return True  # node facts only
+
     def __init__(self, args: Optional[dict] = None, handle: Any = None,
                  enable_comparison_operators: bool = DEFAULT_ENABLE_COMPARISON_OPERATORS) -> None:
         super().__init__(args, handle)

@@ -69,6 +69,11 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
             return filter_constraints(pod.topology_spread_constraints, pod.meta.labels, action)
         return build_default_constraints(self.default_constraints, pod, action, self.selector_sources)
 
+    def node_local(self, pod: Pod) -> bool:
+        # Spreading counts pods across a whole domain; a pod with no constraint (own or
+        # default) has nothing to count.
+        return not self.constraints_for(pod, DO_NOT_SCHEDULE) and not self.constraints_for(pod, SCHEDULE_ANYWAY)
+
     def get_constraints(self, pod: Pod) -> list[SpreadConstraint]:
         """getConstraints: the hard (DoNotSchedule) ones."""
         return self.constraints_for(pod, DO_NOT_SCHEDULE)

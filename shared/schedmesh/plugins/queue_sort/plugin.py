@@ -18,6 +18,9 @@ def pod_priority(pod: Pod) -> int:
 class PrioritySort(QueueSortPlugin):
     name: ClassVar[str] = NAME
 
+    def node_local(self, pod) -> bool:
+        return True  # queue order only
+
     def less(self, a: Any, b: Any) -> bool:
         """a and b are queued pod infos with `.pod` and `.timestamp` (when they were queued)."""
         p1, p2 = pod_priority(a.pod), pod_priority(b.pod)

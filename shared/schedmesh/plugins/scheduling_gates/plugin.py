@@ -20,6 +20,9 @@ def gates_message(gates: list[str]) -> str:
 class SchedulingGates(PreEnqueuePlugin, EnqueueExtensions):
     name: ClassVar[str] = NAME
 
+    def node_local(self, pod) -> bool:
+        return True  # the pod's own gates
+
     def pre_enqueue(self, pod: Pod) -> Optional[Status]:
         if not pod.scheduling_gates:
             return None

@@ -43,6 +43,9 @@ class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin, EnqueueExtensio
     name: ClassVar[str] = NAME
     has_normalize: ClassVar[bool] = True
 
+    def node_local(self, pod) -> bool:
+        return True  # node taints only
+
     def __init__(self, args: Optional[dict] = None, handle: Any = None,
                  enable_comparison_operators: bool = DEFAULT_ENABLE_COMPARISON_OPERATORS) -> None:
         super().__init__(args, handle)

@@ -27,6 +27,9 @@ def claim_names(pod: Pod) -> list[str]:
 class _NoVolumes(PreFilterPlugin, FilterPlugin):
     """Skips at PreFilter for pods without claims; never rejects a node."""
 
+    def node_local(self, pod) -> bool:
+        return True  # claims are refused at PreFilter; no other pod is read
+
     def pre_filter(self, state: CycleState, pod: Pod, snapshot) -> tuple[Optional[PreFilterResult], Optional[Status]]:
         return None, Status.skip()
 

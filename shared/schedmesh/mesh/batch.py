@@ -1,0 +1,293 @@
+"""Filter and Score a run of pods on the shards in two requests, decided pod by pod as kube does.
+
+kube-scheduler decides one pod at a time, each on a cluster where the pods before it are
+assumed. Asking the shards once per pod costs two round trips per pod (the ceiling of the
+per-pod fan-out); asking once per run of pods needs the answers to stay exact when the pods
+before one are assumed after the shards answered. That holds for node-local pods (every plugin
+of their profile says `node_local`: no inter-pod affinity, no spreading, no claims): assuming
+such a pod changes verdicts and scores only on the node it is assumed on. So:
+
+1. Under the cache lock, the queue-manager takes the view (offsets, assumed and nominated pods)
+   and starts recording which snapshot rows change (`Snapshot.watch_changes`).
+2. FilterBatch: each filter shard filters every pod on all of its nodes (no quota, no start
+   index: those depend on the pods before), against that one view.
+3. The queue-manager walks kube's node order for each pod from the start index the pods before
+   it would leave (numFeasibleNodesToFind, the cancelling node, the index advance: the walk of
+   `SchedulingAlgorithm.filter_in_order`), which gives the nodes each pod is expected to score.
+4. ScoreBatch: each score shard raw-scores its own nodes of those.
+5. Then each pod goes through the ordinary cycle (`schedule_pod`), whose evaluator takes the
+   answers from here, re-evaluating in this process the rows changed since the view (the pods
+   of the batch assumed so far, bindings and deletions that came in meanwhile) and any row it
+   was not given (when a change moved the walk). Normalisation, weights and selection are the
+   cycle's own, over the actual feasible nodes.
+
+Anything that reaches beyond single rows ends the batch for the pods still to come (they are
+then evaluated pod by pod): a node added or removed, a pod with affinity terms added or
+removed, namespace labels, a nomination (preemption) made or dropped. Speed never changes a
+decision: each pod gets exactly what one process evaluating it on the current cluster gets.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+from schedmesh.api import convert
+from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
+from schedmesh.framework.interface import Code, CycleState, Status
+from schedmesh.framework.runtime import Framework, Nominator
+from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm
+from schedmesh.v1 import scheduling_pb2 as spb
+
+log = logging.getLogger("schedmesh.queue_manager")
+
+FEASIBLE = -1
+NOT_EVALUATED = -2  # outside the pod's PreFilter narrowing (or not answered)
+
+
+def batchable(fw: Framework, pod) -> bool:
+    """Whether `pod` may be evaluated in a batch: every plugin of its profile is node-local for
+    it, and it has no nominated node (kube tries that node alone first)."""
+    if pod.nominated_node_name:
+        return False
+    return all(p.node_local(pod) for p in fw.plugins.values())
+
+
+def nominations(nominator: Optional[Nominator]) -> frozenset:
+    if nominator is None or not hasattr(nominator, "nominated_node_names"):
+        return frozenset()
+    return frozenset((node, pi.pod.meta.uid) for node in nominator.nominated_node_names()
+                     for pi in nominator.nominated_pods_for_node(node))
+
+
+def _rows(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, "<i4").astype(np.int64)
+
+
+@dataclass
+class PodAnswers:
+    """The shards' answers for one pod of a batch, on the batch's view."""
+    pod: object
+    # Per snapshot row: FEASIBLE, NOT_EVALUATED, or the index of its status in `statuses`.
+    status: np.ndarray
+    statuses: list[Status]
+    usable: bool = True  # False: a shard could not evaluate it (the cycle does, pod by pod)
+    checked: bool = False  # filter() found the batch still valid for this pod's cycle
+    window: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # rows scored, sorted
+    raw: Optional[dict[str, np.ndarray]] = None  # plugin -> raw scores aligned with `window`
+
+
+class ShardBatch:
+    """One batch's answers, handed out pod by pod by FanOutEvaluator."""
+
+    def __init__(self, snapshot: Snapshot, changes: SnapshotChanges, nominated: frozenset) -> None:
+        self.snapshot = snapshot
+        self.cols = snapshot.cols
+        self.changes = changes
+        self.nominated = nominated
+        self.answers: dict[str, PodAnswers] = {}
+        self.hits = 0  # pods answered from the batch (for the log)
+        self.local_rows = 0  # rows re-evaluated here
+
+    def close(self) -> None:
+        self.snapshot.unwatch(self.changes)
+
+    def _answers(self, pod, snapshot: Snapshot, nominator: Optional[Nominator]) -> Optional[PodAnswers]:
+        a = self.answers.get(pod.meta.uid)
+        if a is None or not a.usable or a.pod is not pod:
+            return None
+        if (self.changes.beyond_rows or snapshot is not self.snapshot or snapshot.cols is not self.cols
+                or nominations(nominator) != self.nominated):
+            self.answers.clear()  # the rest of the batch goes pod by pod
+            return None
+        return a
+
+    def _changed_rows(self) -> np.ndarray:
+        return np.fromiter(self.changes.rows, np.int64, len(self.changes.rows)) if self.changes.rows else \
+            np.empty(0, np.int64)
+
+    # ---- the cycle's two questions ---------------------------------------------------------
+    def filter(self, algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
+               ordered: np.ndarray, to_find: int, diagnosis: Diagnosis,
+               nominator: Optional[Nominator]) -> Optional[np.ndarray]:
+        """`SchedulingAlgorithm.filter_in_order` from the shards' answers; None when this pod
+        has none (the caller asks the shards for it alone)."""
+        a = self._answers(pod, snapshot, nominator)
+        if a is None:
+            return None
+        status, statuses = a.status, a.statuses
+        changed = self._changed_rows()
+        if len(changed):
+            changed = changed[status[changed] != NOT_EVALUATED]
+        if len(changed):
+            changed.sort()
+            feasible, rejected, sts = algo.filter_rows(fw, state, pod, snapshot, changed, nominator)
+            status = status.copy()
+            status[feasible] = FEASIBLE
+            status[rejected] = len(statuses) + np.arange(len(rejected))
+            statuses = statuses + sts
+            self.local_rows += len(changed)
+        seq = status[ordered]
+        if (seq == NOT_EVALUATED).any():
+            return None  # PreFilter narrowed differently here than on the shards
+        self.hits += 1
+        a.checked = True
+        feasible_pos = np.flatnonzero(seq == FEASIBLE)
+        search_all = to_find >= len(ordered)
+        # kube cancels the search at the (to_find+1)-th feasible node: what follows it was
+        # never examined (the walk of filter_in_order).
+        cutoff = int(feasible_pos[to_find]) if not search_all and len(feasible_pos) > to_find else len(ordered)
+        failed_pos = np.flatnonzero(seq[:cutoff] >= 0)
+        if len(failed_pos):
+            names = snapshot.cols.names
+            idx = seq[failed_pos].tolist()
+            diagnosis.node_to_status.update(zip([names[r] for r in ordered[failed_pos].tolist()],
+                                                [statuses[i] for i in idx]))
+            for i in set(idx):
+                diagnosis.add_plugin_status(statuses[i])
+        return ordered[feasible_pos[:to_find]]
+
+    def raw_scores(self, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
+                   rows: np.ndarray) -> Optional[dict[str, np.ndarray]]:
+        """The raw scores of `rows`: the shards' where they scored the row on an unchanged node,
+        this process's elsewhere; None when this pod has no scores here."""
+        a = self.answers.get(pod.meta.uid)
+        # Only right after filter() took this pod's answers (same cycle, same cache lock).
+        if a is None or not a.checked or a.raw is None or a.pod is not pod or snapshot is not self.snapshot:
+            return None
+        win = a.window
+        if len(win):
+            at = np.minimum(np.searchsorted(win, rows), len(win) - 1)
+            have = win[at] == rows
+        else:
+            at, have = np.zeros(len(rows), np.int64), np.zeros(len(rows), bool)
+        changed = self._changed_rows()
+        if len(changed):
+            is_changed = np.zeros(self.cols.n, bool)
+            is_changed[changed] = True
+            have &= ~is_changed[rows]
+        if have.all():
+            return {p: arr[at] for p, arr in a.raw.items()}
+        missing = rows[~have]
+        local = fw.run_raw_score(state, pod, snapshot, missing)
+        self.local_rows += len(missing)
+        if set(local) != set(a.raw):  # a PreScore Skip differs: take this process's alone
+            return fw.run_raw_score(state, pod, snapshot, rows)
+        out = {}
+        for p, arr in a.raw.items():
+            merged = np.empty(len(rows), np.int64)
+            merged[have] = arr[at[have]]
+            merged[~have] = local[p]
+            out[p] = merged
+        return out
+
+
+# ---- building a batch from the shards' answers --------------------------------------------
+def filter_answers(batch: ShardBatch, pods: Sequence, responses: Sequence[spb.FilterBatchResponse]) -> None:
+    """Merge every filter shard's FilterBatchResponse into one PodAnswers per pod."""
+    n = batch.cols.n
+    status_of: dict[tuple, tuple[int, Status]] = {}
+    for i, pod in enumerate(pods):
+        status = np.full(n, NOT_EVALUATED, np.int32)
+        statuses: list[Status] = []
+        local: dict[int, int] = {}  # batch-wide status number -> index in this pod's list
+        usable = True
+        for resp in responses:
+            r = resp.results[i]
+            if r.error or r.HasField("prefilter_rejection"):
+                usable = False  # the cycle runs PreFilter itself and says why
+                break
+            status[_rows(r.feasible)] = FEASIBLE
+            for g in r.failures:
+                key = (g.code, g.plugin, tuple(g.reasons))
+                got = status_of.get(key)
+                if got is None:
+                    got = status_of[key] = (len(status_of), Status(Code(g.code), key[2], g.plugin))
+                j = local.get(got[0])
+                if j is None:
+                    j = local[got[0]] = len(statuses)
+                    statuses.append(got[1])
+                status[_rows(g.rows)] = j
+        batch.answers[pod.meta.uid] = PodAnswers(pod, status, statuses, usable)
+
+
+def expected_windows(batch: ShardBatch, algo: SchedulingAlgorithm, items: Sequence[tuple[Framework, object]]
+                     ) -> list[tuple[int, np.ndarray]]:
+    """The nodes each pod is expected to score: kube's walk over the shards' answers from the
+    start index the pods before it leave, as if none of them changed a verdict (a change is
+    corrected in `ShardBatch.filter`). Returns (item index, sorted rows) for pods with more
+    than one feasible node (one is chosen without scoring)."""
+    n_all = batch.cols.n
+    start = algo.next_start_node_index
+    out = []
+    for i, (fw, pod) in enumerate(items):
+        a = batch.answers.get(pod.meta.uid)
+        if a is None or not a.usable or n_all == 0:
+            continue  # a PreFilter rejection does not move the start index
+        rows = np.flatnonzero(a.status != NOT_EVALUATED)
+        if len(rows) == 0:
+            continue
+        to_find = algo.nodes_to_find(fw, len(rows))
+        s = start % len(rows)
+        ordered = np.roll(rows, -s) if s else rows
+        seq = a.status[ordered]
+        feasible_pos = np.flatnonzero(seq == FEASIBLE)
+        if not len(feasible_pos):
+            processed = len(ordered)
+        elif to_find < len(ordered) and len(feasible_pos) > to_find:
+            processed = int(feasible_pos[to_find])
+        else:
+            processed = len(ordered)
+        start = (start + processed) % n_all
+        window = ordered[feasible_pos[:to_find]]
+        if len(window) > 1 and fw.has_score_plugins():
+            out.append((i, np.sort(window)))
+    return out
+
+
+def score_answers(batch: ShardBatch, items: Sequence[tuple[Framework, object]], asked: list[tuple[int, np.ndarray]],
+                  responses: Sequence[spb.ScoreBatchResponse]) -> None:
+    """Merge every score shard's ScoreBatchResponse into the pods' answers."""
+    for k, (i, window) in enumerate(asked):
+        a = batch.answers[items[i][1].meta.uid]
+        raw: dict[str, np.ndarray] = {}
+        pos_of = np.full(batch.cols.n, -1, np.int64)
+        pos_of[window] = np.arange(len(window))
+        covered = np.zeros(len(window), bool)
+        ok = True
+        for resp in responses:
+            r = resp.results[k]
+            if r.error:
+                ok = False
+                break
+            pos = pos_of[_rows(r.rows)]
+            covered[pos] = True
+            for ps in r.scores:
+                arr = raw.get(ps.plugin)
+                if arr is None:
+                    arr = raw[ps.plugin] = np.zeros(len(window), np.int64)
+                arr[pos] = np.frombuffer(ps.raw, "<i8")
+        if ok and covered.all():
+            a.window, a.raw = window, raw
+
+
+def batch_request(view: spb.ClusterView, items: Sequence[tuple[Framework, object]], order_digest: int,
+                  encoded: dict[str, spb.Pod], traceparents: dict[str, str],
+                  windows: Optional[list[tuple[int, np.ndarray]]] = None) -> spb.BatchRequest:
+    req = spb.BatchRequest(view=view, order_digest=order_digest)
+    if windows is None:
+        for fw, pod in items:
+            req.pods.add(pod=encoded[pod.meta.uid], scheduler_name=fw.name,
+                         traceparent=traceparents.get(pod.meta.uid, ""))
+    else:
+        for i, window in windows:
+            fw, pod = items[i]
+            req.pods.add(pod=encoded[pod.meta.uid], scheduler_name=fw.name, rows=window.astype("<i4").tobytes(),
+                         traceparent=traceparents.get(pod.meta.uid, ""))
+    return req
+
+
+def encode_pods(items: Sequence[tuple[Framework, object]]) -> dict[str, spb.Pod]:
+    return {pod.meta.uid: convert.pod_to_proto(pod) for _, pod in items}

@@ -1,0 +1,90 @@
+"""CacheFollower across a restart of a memory-only broker, with a real (embedded) broker restarted
+on its port: the offsets the follower held belong to the lost broker, so they are forgotten before
+any record of the new one is applied, and a view built from the cache afterwards is one a replica
+that only ever read the new broker can reach (kept offsets made every shard wait for offsets the new
+broker never reaches: "filter-worker-0 has not caught up with the event stream")."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from schedmesh.api.types import Namespace
+from schedmesh.broker.embedded import EmbeddedBroker
+from schedmesh.bus import EventProducer
+from schedmesh.bus.watch import cancel_and_wait
+from schedmesh.mesh import records
+from schedmesh.mesh.cluster_cache import TOPIC_NAMESPACES, ClusterCache
+from schedmesh.mesh.runtime import CacheFollower
+
+REVISIONS = 12  # records of the namespace on the lost broker; its owner re-publishes one
+
+
+async def _eventually(predicate, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def test_cache_follower_forgets_the_lost_brokers_offsets_on_a_broker_restart() -> None:
+    broker = EmbeddedBroker()
+    try:
+        await broker.astart()
+    except Exception as e:  # noqa: BLE001 - no Tansu binary in this installation
+        pytest.skip(f"embedded broker unavailable: {e}")
+    bootstrap = broker.bootstrap_servers
+    ns = Namespace("team-a", {"rev": str(REVISIONS - 1)})
+
+    async def republish() -> None:  # the owner, as the queue-manager does: what it holds, once
+        await records.publish(owner, [records.namespace_record(ns)])
+
+    owner = EventProducer(bootstrap, client_id="test-owner", on_restart=republish, probe_interval=0.2)
+    cache = ClusterCache()
+    handed_over: list[dict[str, int]] = []  # the cache's offsets when the follower hands over to its owner
+
+    async def restarted() -> None:
+        handed_over.append(cache.view_offsets())
+
+    follower = CacheFollower(bootstrap, cache, client_id="test-follower", on_restart=restarted)
+    fresh = CacheFollower(bootstrap, ClusterCache(), client_id="test-fresh-replica")
+    follow = None
+    try:
+        await owner.start(30)
+        await follower.start(30)
+        follow = asyncio.create_task(follower.follow())
+        # the namespace's history, by a producer gone before the restart (the owner's own producer
+        # would send its recent records again on the new broker, as it should)
+        async with EventProducer(bootstrap, client_id="test-history") as history:
+            for rev in range(REVISIONS):
+                await records.publish(history, [records.namespace_record(Namespace("team-a", {"rev": str(rev)}))])
+        await _eventually(lambda: sum(o for k, o in cache.view_offsets().items()
+                                      if k.startswith(TOPIC_NAMESPACES + "/")) == REVISIONS,
+                          "the follower reading the namespace's records")
+        (key, old), = [(k, o) for k, o in cache.view_offsets().items() if k.startswith(TOPIC_NAMESPACES + "/")]
+        assert old == REVISIONS
+
+        await broker.astop()
+        await broker.astart()  # same port, a new cluster id, no topics: offsets start from 0 again
+
+        await _eventually(lambda: handed_over, "the follower noticing the broker restart")
+        assert handed_over == [{}], f"offsets of the lost broker kept after its restart: {handed_over}"
+        await _eventually(lambda: cache.view_offsets().get(key) == 1, f"the re-published namespace {key}")
+        view = cache.view_offsets()
+        assert view == {key: 1}, f"stale offsets in the view after the restart: {view}"
+        with cache.lock:  # the objects are kept (their owners re-publish them)
+            assert cache.snapshot.namespace_labels == {"team-a": {"rev": str(REVISIONS - 1)}}
+        assert follower.consumer.restart_count == 1
+
+        # A replica that only ever read the new broker (a shard restarted since) reaches the view.
+        await fresh.start(30)
+        assert fresh.cache.wait_for(view, timeout=5), \
+            f"a fresh replica cannot reach the view {view} (it has {fresh.cache.view_offsets()})"
+    finally:
+        await cancel_and_wait(follow)
+        await fresh.stop()
+        await follower.stop()
+        await owner.stop()
+        await broker.astop()
