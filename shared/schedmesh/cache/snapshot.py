@@ -177,7 +177,8 @@ class Snapshot:
         self._image_states: Optional[dict[str, ImageStateSummary]] = None
         # Bumped on every change: plugin indexes can tell in O(1) whether to resync.
         self.generation = 0
-        self._watchers: list[SnapshotChanges] = []
+        # Replaced, never mutated: a watcher ends from another thread than the one applying changes.
+        self._watchers: tuple[SnapshotChanges, ...] = ()
         for n in nodes:
             self.add_node(n)
         for p in pods:
@@ -259,12 +260,11 @@ class Snapshot:
     def watch_changes(self) -> SnapshotChanges:
         """Start recording changes (until `unwatch`)."""
         w = SnapshotChanges()
-        self._watchers.append(w)
+        self._watchers = self._watchers + (w,)
         return w
 
     def unwatch(self, w: SnapshotChanges) -> None:
-        if w in self._watchers:
-            self._watchers.remove(w)
+        self._watchers = tuple(x for x in self._watchers if x is not w)
 
     def set_namespace_labels(self, namespace: str, labels: Optional[Mapping[str, str]]) -> None:
         """A namespace's labels (None: the namespace is gone)."""

@@ -66,6 +66,37 @@ def _rows(data: bytes) -> np.ndarray:
     return np.frombuffer(data, "<i4").astype(np.int64)
 
 
+def rows_bytes(rows: np.ndarray) -> bytes:
+    return np.asarray(rows, "<i4").tobytes()
+
+
+def bitmap_bytes(rows: np.ndarray, n: int) -> bytes:
+    mask = np.zeros(n, bool)
+    mask[rows] = True
+    return np.packbits(mask).tobytes()
+
+
+def bitmap_rows(data: bytes, n: int) -> np.ndarray:
+    return np.flatnonzero(np.unpackbits(np.frombuffer(data, np.uint8), count=n))
+
+
+def encode_raw(out, plugin: str, raw: np.ndarray) -> None:
+    """One plugin's raw scores into a RawScores message, as small as they allow."""
+    raw = np.asarray(raw, np.int64)
+    if len(raw) == 0 or (raw == raw[0]).all():
+        out.add(plugin=plugin, width=0, constant=int(raw[0]) if len(raw) else 0)
+    elif raw.min() >= -(1 << 31) and raw.max() < (1 << 31):
+        out.add(plugin=plugin, width=4, raw=raw.astype("<i4").tobytes())
+    else:
+        out.add(plugin=plugin, width=8, raw=raw.astype("<i8").tobytes())
+
+
+def decode_raw(ps, count: int) -> np.ndarray:
+    if ps.width == 0:
+        return np.full(count, ps.constant, np.int64)
+    return np.frombuffer(ps.raw, "<i4" if ps.width == 4 else "<i8").astype(np.int64)
+
+
 @dataclass
 class PodAnswers:
     """The shards' answers for one pod of a batch, on the batch's view."""
@@ -88,6 +119,8 @@ class ShardBatch:
         self.changes = changes
         self.nominated = nominated
         self.answers: dict[str, PodAnswers] = {}
+        self.next_start: Optional[int] = None  # the start index expected after the batch
+        self.trace_id = ""  # the batch's own trace (its RPCs), named on each pod's filter span
         self.hits = 0  # pods answered from the batch (for the log)
         self.local_rows = 0  # rows re-evaluated here
 
@@ -199,7 +232,7 @@ def filter_answers(batch: ShardBatch, pods: Sequence, responses: Sequence[spb.Fi
             if r.error or r.HasField("prefilter_rejection"):
                 usable = False  # the cycle runs PreFilter itself and says why
                 break
-            status[_rows(r.feasible)] = FEASIBLE
+            status[bitmap_rows(r.evaluated, n)] = FEASIBLE  # failures overwrite theirs below
             for g in r.failures:
                 key = (g.code, g.plugin, tuple(g.reasons))
                 got = status_of.get(key)
@@ -213,14 +246,14 @@ def filter_answers(batch: ShardBatch, pods: Sequence, responses: Sequence[spb.Fi
         batch.answers[pod.meta.uid] = PodAnswers(pod, status, statuses, usable)
 
 
-def expected_windows(batch: ShardBatch, algo: SchedulingAlgorithm, items: Sequence[tuple[Framework, object]]
-                     ) -> list[tuple[int, np.ndarray]]:
-    """The nodes each pod is expected to score: kube's walk over the shards' answers from the
-    start index the pods before it leave, as if none of them changed a verdict (a change is
-    corrected in `ShardBatch.filter`). Returns (item index, sorted rows) for pods with more
-    than one feasible node (one is chosen without scoring)."""
+def expected_windows(batch: ShardBatch, algo: SchedulingAlgorithm, items: Sequence[tuple[Framework, object]],
+                     start: int) -> list[tuple[int, np.ndarray]]:
+    """The nodes each pod is expected to score: kube's walk over the shards' answers from
+    `start` and then the start index the pods before it leave, as if none of them changed a
+    verdict (a change is corrected in `ShardBatch.filter`). Returns (item index, sorted rows)
+    for pods with more than one feasible node (one is chosen without scoring); the start index
+    expected after the last pod is left in `batch.next_start`."""
     n_all = batch.cols.n
-    start = algo.next_start_node_index
     out = []
     for i, (fw, pod) in enumerate(items):
         a = batch.answers.get(pod.meta.uid)
@@ -244,6 +277,7 @@ def expected_windows(batch: ShardBatch, algo: SchedulingAlgorithm, items: Sequen
         window = ordered[feasible_pos[:to_find]]
         if len(window) > 1 and fw.has_score_plugins():
             out.append((i, np.sort(window)))
+    batch.next_start = start
     return out
 
 
@@ -268,7 +302,7 @@ def score_answers(batch: ShardBatch, items: Sequence[tuple[Framework, object]], 
                 arr = raw.get(ps.plugin)
                 if arr is None:
                     arr = raw[ps.plugin] = np.zeros(len(window), np.int64)
-                arr[pos] = np.frombuffer(ps.raw, "<i8")
+                arr[pos] = decode_raw(ps, len(pos))
         if ok and covered.all():
             a.window, a.raw = window, raw
 
@@ -284,7 +318,7 @@ def batch_request(view: spb.ClusterView, items: Sequence[tuple[Framework, object
     else:
         for i, window in windows:
             fw, pod = items[i]
-            req.pods.add(pod=encoded[pod.meta.uid], scheduler_name=fw.name, rows=window.astype("<i4").tobytes(),
+            req.pods.add(pod=encoded[pod.meta.uid], scheduler_name=fw.name, rows=rows_bytes(window),
                          traceparent=traceparents.get(pod.meta.uid, ""))
     return req
 

@@ -50,7 +50,8 @@ class FanOutEvaluator(LocalEvaluator):
         self.score_stubs = [sgrpc.ScoreWorkerStub(self._channel(t)) for t in score_targets]
         # Blocking calls on long-lived threads: grpc's `.future()` starts a channel spin
         # thread for a call when none is running, which cost milliseconds per fan-out.
-        self._pool = ThreadPoolExecutor(max_workers=max(len(filter_targets), len(score_targets), 1),
+        # Twice the shards: a batch being prepared and a pod asking alone may overlap.
+        self._pool = ThreadPoolExecutor(max_workers=2 * max(len(filter_targets), len(score_targets), 1),
                                         thread_name_prefix="fanout")
         self._batch: Optional[batching.ShardBatch] = None  # the run of pods being decided (mesh/batch.py)
         # Where a batch's time goes (seconds, summed): the queue-manager's log shows it.
@@ -84,13 +85,21 @@ class FanOutEvaluator(LocalEvaluator):
     def begin_batch(self, algo, items: Sequence[tuple[Framework, object]], lock, snapshot_fn,
                     nominator: Optional[Nominator], traceparents: Optional[dict[str, str]] = None) -> None:
         """Ask the shards about every pod of `items` (node-local pods, in queue order) at once;
-        the cycles that follow, until `end_batch`, take their answers from here. A shard that
-        fails leaves them to ask pod by pod. `traceparents`: each pod's attempt, which the
-        shards' spans for that pod join."""
-        traceparents = traceparents or {}
-        self.end_batch()
+        the cycles that follow, until `end_batch`, take their answers from here."""
+        self.use_batch(self.prepare_batch(algo, items, lock, snapshot_fn, nominator, traceparents,
+                                          algo.next_start_node_index))
+
+    def prepare_batch(self, algo, items: Sequence[tuple[Framework, object]], lock, snapshot_fn,
+                      nominator: Optional[Nominator], traceparents: Optional[dict[str, str]],
+                      start: int) -> Optional[batching.ShardBatch]:
+        """The shards' answers for `items` (node-local pods, in queue order) on the cluster as it
+        is now, expecting the node search to start at `start` for the first of them; None when
+        there are no shards, too few pods, or a shard failed (the pods then ask one by one).
+        `traceparents`: each pod's attempt, which the shards' spans for that pod join. Safe to
+        run beside the cycles of an earlier batch (the change log starts with the view)."""
         if not self.filter_stubs or len(items) < 2:
-            return
+            return None
+        traceparents = traceparents or {}
         clock = self.batch_phases
         t0 = time.perf_counter()
         with lock:  # the view and the change log start from one cluster state
@@ -110,10 +119,10 @@ class FanOutEvaluator(LocalEvaluator):
             t3 = time.perf_counter()
             clock["filter_rpc"] += t3 - t2
             batching.filter_answers(batch, [pod for _, pod in items], responses)
-            asked = batching.expected_windows(batch, algo, items) if self.score_stubs else []
+            asked = batching.expected_windows(batch, algo, items, start)
             t4 = time.perf_counter()
             clock["merge"] += t4 - t3
-            if asked:
+            if asked and self.score_stubs:
                 req = batching.batch_request(view, items, batch.cols.order_digest, encoded, traceparents, asked)
                 responses = self._gather([(i, self._pool.submit(stub.ScoreBatch, req, timeout=self.timeout,
                                                                 metadata=md))
@@ -126,7 +135,12 @@ class FanOutEvaluator(LocalEvaluator):
             batching.log.warning("batch of %d pods not evaluated on the shards (%s); asking pod by pod",
                                  len(items), e)
             batch.close()
-            return
+            return None
+        return batch
+
+    def use_batch(self, batch: Optional[batching.ShardBatch]) -> None:
+        """The cycles that follow, until `end_batch`, take their answers from `batch`."""
+        self.end_batch()
         self._batch = batch
 
     def end_batch(self) -> None:

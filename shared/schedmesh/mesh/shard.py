@@ -19,6 +19,7 @@ from schedmesh.api import convert
 from schedmesh.cache.node_info import PodInfo
 from schedmesh.framework.interface import CycleState, PluginError
 from schedmesh.framework.runtime import Framework, Nominator
+from schedmesh.mesh.batch import bitmap_bytes, encode_raw, rows_bytes
 from schedmesh.mesh.cluster_cache import ClusterCache
 from schedmesh.mesh.partition import shard_of
 from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm
@@ -247,11 +248,11 @@ class NodeShard:
                 narrowed = np.array(sorted(i for i in (cols.index_of(n) for n in pre_res.node_names) if i >= 0),
                                     np.int64)
                 rows = narrowed[mine[narrowed]]
-            feasible, rejected, statuses = self.algorithm.filter_rows(fw, state, pod, snap, rows, nominator)
+            _, rejected, statuses = self.algorithm.filter_rows(fw, state, pod, snap, rows, nominator)
         except PluginError as e:
             out.error = str(e)
             return
-        out.feasible = np.asarray(feasible, "<i4").tobytes()
+        out.evaluated = bitmap_bytes(rows, snap.cols.n)
         groups: dict[int, tuple] = {}  # statuses are shared objects: group rows by status
         for r, st in zip(rejected.tolist(), statuses):
             g = groups.get(id(st))
@@ -259,8 +260,7 @@ class NodeShard:
                 g = groups[id(st)] = (st, [])
             g[1].append(r)
         for st, rs in groups.values():
-            out.failures.add(code=int(st.code), plugin=st.plugin, reasons=st.reasons,
-                             rows=np.asarray(rs, "<i4").tobytes())
+            out.failures.add(code=int(st.code), plugin=st.plugin, reasons=st.reasons, rows=rows_bytes(rs))
 
     def score_batch(self, req: spb.BatchRequest) -> spb.ScoreBatchResponse:
         """Raw Score of every pod of the batch on the requested rows this shard owns."""
@@ -290,9 +290,9 @@ class NodeShard:
         except PluginError as e:
             out.error = str(e)
             return
-        out.rows = own.astype("<i4").tobytes()
+        out.rows = rows_bytes(own)
         for plugin, arr in raw.items():
-            out.scores.add(plugin=plugin, raw=np.asarray(arr, "<i8").tobytes())
+            encode_raw(out.scores, plugin, arr)
 
 
 def _pod_span(name: str, bp: spb.BatchPod):

@@ -50,23 +50,23 @@ class TracedEvaluator(FanOutEvaluator):
     batch_seconds = 0.0
     batches = 0
     batched_pods = 0
-    _batch_trace = ""
 
-    def begin_batch(self, algo, items, *a, **kw):
+    def prepare_batch(self, algo, items, *a, **kw):
         t0 = time.perf_counter()
         # Its own trace: the run serves many pods' attempts, each of which is a trace of its own.
         with tracer.start_as_current_span("shard_batch", context=trace.set_span_in_context(trace.INVALID_SPAN),
                                           attributes={"schedmesh.batch.pods": len(items)}) as span:
-            self._batch_trace = trace_id_of(span)
-            super().begin_batch(algo, items, *a, **kw)
+            batch = super().prepare_batch(algo, items, *a, **kw)
         self.batch_seconds += time.perf_counter() - t0
-        if self._batch is not None:
+        if batch is not None:
+            batch.trace_id = trace_id_of(span)
             self.batches += 1
             self.batched_pods += len(items)
+        return batch
 
     def filter(self, *a, **kw):
         t0 = time.perf_counter()
-        attrs = {"schedmesh.batch_trace_id": self._batch_trace} if self._batch is not None else None
+        attrs = {"schedmesh.batch_trace_id": self._batch.trace_id} if self._batch is not None else None
         try:
             with tracer.start_as_current_span("filter", attributes=attrs):
                 return super().filter(*a, **kw)
@@ -104,18 +104,59 @@ class ScheduleOne:
 
     def _schedule_loop(self) -> None:
         self.loop_running.set()
+        ahead = None  # with shards: the next run, its batch prepared while this one is decided
         while not self._stop.is_set():
             self._refresh_pending_gauge()
             # A broker-restart re-publication takes the gate: it waits for the attempt in flight
             # and holds the next one, so no pod it publishes unbound is bound meanwhile.
             with self._cycle_gate:
-                run = self._pop_run()
+                if ahead is None:
+                    run = self._pop_run()
+                    prepared = self._prepare_run(run, self.algo.next_start_node_index) if run else None
+                else:
+                    (run, prepared), ahead = ahead, None
                 if run:
-                    self._attempt_run(run)
+                    batch = self._prepared_batch(prepared)
+                    if self.evaluator.filter_stubs:
+                        following = self._pop_run()
+                        if following:
+                            # The shards evaluate the next run while this one is decided here.
+                            start = batch.next_start if batch is not None and batch.next_start is not None \
+                                else self.algo.next_start_node_index
+                            ahead = (following, self._prepare_run(following, start))
+                    self._attempt_run(run, batch)
                     continue
             if self.queue.closed:
                 return
             self._stop.wait(0.02)
+
+    def _prepare_run(self, run: list[tuple[QueuedPodInfo, int]], start: int):
+        """Start asking the shards about the run's node-local pods (a future of its ShardBatch,
+        or None when the run has too few). Each such pod's attempt trace starts here, so the
+        shards' spans for it join that trace."""
+        items = [(self.frameworks[q.pod.scheduler_name], q.pod) for q, _ in run if self._batchable(q)]
+        if len(items) < 2:
+            return None
+        parents = {}
+        for _, pod in items:
+            root = self._early_roots.get(pod.uid)
+            if root is None:
+                root = self._early_roots[pod.uid] = self._root_span(pod)
+            ctx = root.get_span_context()
+            parents[pod.uid] = dict(inject_grpc_metadata(context=trace.set_span_in_context(root))).get(
+                "traceparent", "") if ctx.is_valid else ""
+        return self._batch_prep.submit(self.evaluator.prepare_batch, self.algo, items, self.cache.lock,
+                                       lambda: self.cache.snapshot, self.queue, parents, start)
+
+    @staticmethod
+    def _prepared_batch(prepared):
+        if prepared is None:
+            return None
+        try:
+            return prepared.result()
+        except Exception:
+            log.exception("preparing a shard batch failed; its pods ask the shards one by one")
+            return None
 
     def _batchable(self, qpi: QueuedPodInfo) -> bool:
         fw = self.frameworks.get(qpi.pod.scheduler_name)
@@ -139,31 +180,21 @@ class ScheduleOne:
             run.append((nxt, self.queue.scheduling_cycle()))
         return run
 
-    def _attempt_run(self, run: list[tuple[QueuedPodInfo, int]]) -> None:
-        items = [(self.frameworks[q.pod.scheduler_name], q.pod) for q, _ in run if self._batchable(q)]
-        if len(items) > 1:
-            # Each batched pod's attempt starts with the batch: the shards' work on it joins its trace.
-            parents = {}
-            for q, _ in run:
-                if q.pod.uid not in self._early_roots and self._batchable(q):
-                    root = self._early_roots[q.pod.uid] = self._root_span(q)
-                    parents[q.pod.uid] = dict(inject_grpc_metadata(context=trace.set_span_in_context(root)))[
-                        "traceparent"] if root.get_span_context().is_valid else ""
-            self.evaluator.begin_batch(self.algo, items, self.cache.lock, lambda: self.cache.snapshot, self.queue,
-                                       parents)
+    def _attempt_run(self, run: list[tuple[QueuedPodInfo, int]], batch=None) -> None:
+        self.evaluator.use_batch(batch)
         try:
             for qpi, cycle in run:
                 self._attempt(qpi, cycle)
         finally:
             self.evaluator.end_batch()
-            for root in self._early_roots.values():  # pods skipped (deleted or bound meanwhile)
-                root.end()
-            self._early_roots.clear()
+            for qpi, _ in run:  # pods skipped (deleted or bound meanwhile) end their early trace
+                root = self._early_roots.pop(qpi.pod.uid, None)
+                if root is not None:
+                    root.end()
 
     @staticmethod
-    def _root_span(qpi: QueuedPodInfo):
-        return tracer.start_span("schedule_pod", attributes={**k8s_attributes(qpi.pod),
-                                                             "schedmesh.attempt": qpi.attempts})
+    def _root_span(pod: Pod):
+        return tracer.start_span("schedule_pod", attributes=k8s_attributes(pod))
 
     def _attempt(self, qpi: QueuedPodInfo, cycle: Optional[int] = None) -> None:
         t0 = time.perf_counter()
@@ -208,7 +239,8 @@ class ScheduleOne:
         if current.nominated_node_name != pod.nominated_node_name:
             qpi.update(current)  # a nomination (preemption) the queue's copy has not caught up with
             pod = qpi.pod
-        root = self._early_roots.pop(pod.uid, None) or self._root_span(qpi)
+        root = self._early_roots.pop(pod.uid, None) or self._root_span(pod)
+        root.set_attribute("schedmesh.attempt", qpi.attempts)
         trace_id = trace_id_of(root)
         ctx = trace.set_span_in_context(root)
         handed_off = False

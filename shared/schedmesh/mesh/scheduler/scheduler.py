@@ -89,6 +89,8 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                                     if any(e.is_binder() for e in cfg.extenders) else None)
         self.assumed: dict[str, AssumedPod] = {}  # uid -> pods assumed, not yet seen bound
         self._early_roots: dict = {}  # uid -> attempt span started with its shard batch
+        # Prepares the next run's shard batch while the scheduling thread decides the current one.
+        self._batch_prep = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-batch")
         self._assumed_lock = threading.Lock()
         self._cycle_gate = threading.Lock()  # held by each attempt, and by a re-publication
         # After a broker restart: set once this producer's records are sent again; bindings wait
@@ -170,6 +172,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
             await asyncio.to_thread(self._thread.join, 10)
         if self._bind_thread is not None:
             await asyncio.to_thread(self._bind_thread.join, 10)
+        self._batch_prep.shutdown(wait=False, cancel_futures=True)
         self.evaluator.close()
         self._binder_channel.close()
         self._preemption_pool.shutdown(wait=False, cancel_futures=True)

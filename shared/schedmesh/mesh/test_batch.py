@@ -1,0 +1,118 @@
+"""Shard batches: who may join one, the wire encodings, and when a batch stops answering.
+
+Decisions through real shards, pod for pod against the in-process cycle, are checked in
+tests/test_mesh_sampling.py; these are the pieces."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schedmesh.api.types import Affinity, PodAffinity, PodAffinityTerm
+from schedmesh.bench.workloads import make_pod, scheduling_basic
+from schedmesh.cache.snapshot import Snapshot
+from schedmesh.framework.interface import CycleState, FilterPlugin, Plugin
+from schedmesh.framework.profile import default_profile
+from schedmesh.framework.runtime import Framework
+from schedmesh.mesh import batch as B
+from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm
+from schedmesh.v1 import scheduling_pb2 as spb
+
+
+def _framework(snapshot: Snapshot) -> Framework:
+    return Framework(default_profile(), snapshot_fn=lambda: snapshot)
+
+
+def test_node_local_pods_join_a_batch_and_others_do_not() -> None:
+    fw = _framework(Snapshot())
+    plain = make_pod("plain")
+    assert B.batchable(fw, plain)
+    anti = make_pod("anti")
+    anti.affinity = Affinity(pod_anti_affinity=PodAffinity(required=[PodAffinityTerm(
+        topology_key="kubernetes.io/hostname")]))
+    assert not B.batchable(fw, anti)  # its placement changes verdicts on a whole domain
+    from schedmesh.api.load import load_text
+    spread = load_text("""
+apiVersion: v1
+kind: Pod
+metadata: {name: spread, labels: {app: x}}
+spec:
+  containers: [{name: c, image: i}]
+  topologySpreadConstraints:
+  - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: x}}}
+""").pods[0]
+    assert not B.batchable(fw, spread)
+    nominated = make_pod("nominated")
+    nominated.nominated_node_name = "node-1"
+    assert not B.batchable(fw, nominated)  # kube tries its nominated node alone first
+
+
+def test_a_plugin_that_does_not_say_keeps_its_pods_one_by_one() -> None:
+    class Unknown(FilterPlugin):
+        name = "Unknown"
+
+        def filter(self, state, pod, node_info):
+            return None
+    assert Plugin().node_local(make_pod("p")) is False
+    fw = _framework(Snapshot())
+    assert B.batchable(fw, make_pod("p"))
+    fw.plugins["Unknown"] = Unknown()  # as an out-of-tree plugin enabled in the profile would be
+    assert not B.batchable(fw, make_pod("p"))
+
+
+@pytest.mark.parametrize("values", [[7, 7, 7], [0, -3, 2 ** 31 - 1], [1, 2 ** 40, -(2 ** 40)], []])
+def test_raw_scores_survive_their_encoding(values: list[int]) -> None:
+    msg = spb.PodScoreResult()
+    B.encode_raw(msg.scores, "P", np.array(values, np.int64))
+    (ps,) = msg.scores
+    assert B.decode_raw(ps, len(values)).tolist() == values
+    assert ps.width == (0 if len(set(values)) <= 1 else 4 if values[1] < 2 ** 31 else 8)
+
+
+def test_row_bitmaps_round_trip() -> None:
+    rows = np.array([0, 3, 8, 4999], np.int64)
+    assert B.bitmap_rows(B.bitmap_bytes(rows, 5000), 5000).tolist() == rows.tolist()
+    assert len(B.bitmap_bytes(rows, 5000)) == 625
+
+
+def _answered_batch(snapshot: Snapshot, fw: Framework, pods) -> B.ShardBatch:
+    """A batch answered as one shard owning every node would answer it."""
+    batch = B.ShardBatch(snapshot, snapshot.watch_changes(), frozenset())
+    resp = spb.FilterBatchResponse()
+    algo = SchedulingAlgorithm()
+    rows = snapshot.all_indices()
+    for pod in pods:
+        state = CycleState()
+        fw.run_pre_filter(state, pod, snapshot)
+        _, rejected, statuses = algo.filter_rows(fw, state, pod, snapshot, rows, None)
+        r = resp.results.add(evaluated=B.bitmap_bytes(rows, snapshot.cols.n))
+        for row, st in zip(rejected.tolist(), statuses):
+            r.failures.add(code=int(st.code), plugin=st.plugin, reasons=st.reasons, rows=B.rows_bytes([row]))
+    B.filter_answers(batch, pods, [resp])
+    return batch
+
+
+def test_a_change_beyond_single_nodes_ends_the_batch() -> None:
+    nodes, init, pods = scheduling_basic(200, 0, 4)
+    snapshot = Snapshot(nodes, init)
+    fw = _framework(snapshot)
+    batch = _answered_batch(snapshot, fw, pods)
+    algo = SchedulingAlgorithm()
+
+    def answered(pod) -> bool:
+        state = CycleState()
+        fw.run_pre_filter(state, pod, snapshot)
+        ordered = snapshot.all_indices()
+        return batch.filter(algo, fw, state, pod, snapshot, ordered, len(ordered), Diagnosis(), None) is not None
+
+    assert answered(pods[0])
+    snapshot.add_pod(pods[0], nodes[0].meta.name)  # a node-local change: corrected, still answered
+    assert batch.changes.rows == {snapshot.get(nodes[0].meta.name).index}
+    assert answered(pods[1])
+    anti = make_pod("anti")
+    anti.affinity = Affinity(pod_anti_affinity=PodAffinity(required=[PodAffinityTerm(
+        topology_key="kubernetes.io/hostname")]))
+    snapshot.add_pod(anti, nodes[1].meta.name)  # reaches beyond its node: the rest go pod by pod
+    assert not answered(pods[2]) and not answered(pods[3])
+    batch.close()
+    snapshot.add_pod(make_pod("later"), nodes[2].meta.name)
+    assert len(batch.changes.rows) == 2  # no longer watching
