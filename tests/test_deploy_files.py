@@ -460,3 +460,237 @@ def test_kubernetes_queue_manager_lists_every_service_with_its_metrics():
     for name, (address, _) in listed.items():  # every address a Service of the manifests answers to
         service = re.sub(r"-\d+\.(\S+)$", "", address.rsplit(":", 1)[0]) if address else "queue-manager"
         assert service in by_kind["Service"], (name, address)
+
+
+# ------------------------------------------------------------------ Kubernetes monitoring (kube-prometheus-stack)
+MONITORING = K8S / "monitoring"
+NAMESPACE = "schedmesh"
+# kube-prometheus-stack's values: grafana.sidecar.dashboards.label / labelValue (searchNamespace: ALL)
+# and grafana.sidecar.datasources.uid, the default Prometheus datasource the dashboard names
+SIDECAR_LABEL = {"grafana_dashboard": "1"}
+KPS_DATASOURCE_UID = "prometheus"
+
+
+def _kustomize_by_hand(root: Path) -> list[dict]:
+    """What `kustomize build root` makes, for the features the monitoring kustomizations use:
+    resources (files, and kustomization directories), configMapGenerator from files (with
+    per-generator options), namespace. Any other field fails, rather than being misread."""
+    k = yaml.safe_load((root / "kustomization.yaml").read_text())
+    assert set(k) <= {"apiVersion", "kind", "namespace", "resources", "configMapGenerator"}, f"{root}: {set(k)}"
+    docs: list[dict] = []
+    for r in k.get("resources", []):
+        path = (root / r).resolve()
+        docs += _kustomize_by_hand(path) if path.is_dir() else [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for gen in k.get("configMapGenerator", []):
+        assert set(gen) <= {"name", "files", "options"}, gen
+        options = gen.get("options", {})
+        assert set(options) <= {"labels", "disableNameSuffixHash"}, options
+        # without it the name would carry a content hash (not computed here)
+        assert options.get("disableNameSuffixHash") is True, gen["name"]
+        data = {}
+        for f in gen["files"]:
+            key, _, src = f.rpartition("=")  # "key=path" or "path"
+            path = (root / src).resolve()
+            # kustomize's default load restrictor: a generator reads only below its kustomization
+            assert path.is_relative_to(root.resolve()), f"{root}: kustomize refuses {src} (not in or below it)"
+            data[key or path.name] = path.read_text()
+        metadata = {"name": gen["name"], **({"labels": options["labels"]} if "labels" in options else {})}
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data})
+    if "namespace" in k:
+        for d in docs:
+            d["metadata"]["namespace"] = k["namespace"]
+    return docs
+
+
+def _kustomize_tool() -> list[str] | None:
+    import shutil
+
+    if shutil.which("kustomize"):
+        return ["kustomize", "build"]
+    if shutil.which("kubectl"):
+        return ["kubectl", "kustomize"]
+    return None
+
+
+def _kustomize_with_tool(root: Path) -> list[dict]:
+    import subprocess
+
+    out = subprocess.run([*_kustomize_tool(), str(root)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def _monitoring_docs() -> dict[str, dict]:
+    """kind -> the one object of that kind `kubectl apply -k deploy/kubernetes/monitoring` applies
+    (built by kustomize when it or kubectl is installed, else read from the kustomizations)."""
+    docs = _kustomize_with_tool(MONITORING) if _kustomize_tool() else _kustomize_by_hand(MONITORING)
+    by_kind = {d["kind"]: d for d in docs}
+    assert len(by_kind) == len(docs) == 2, [(d["kind"], d["metadata"]["name"]) for d in docs]
+    return by_kind
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    """A metav1.LabelSelector against an object's labels."""
+    if not selector:  # {} selects everything: never what a ServiceMonitor here should say
+        return True
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for e in selector.get("matchExpressions", []):
+        key, op, values = e["key"], e["operator"], e.get("values", [])
+        ok = {"In": key in labels and labels[key] in values, "NotIn": labels.get(key) not in values,
+              "Exists": key in labels, "DoesNotExist": key not in labels}[op]
+        if not ok:
+            return False
+    return True
+
+
+def test_monitoring_is_outside_the_base_kustomization():
+    """The ServiceMonitor needs prometheus-operator's CRDs: `kubectl apply -k deploy/kubernetes`
+    must work without them."""
+    base = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert not any("monitoring" in r or "grafana" in r for r in base["resources"])
+    assert {d["apiVersion"].split("/")[0] for d in _k8s_docs()} <= {"v1", "apps", "batch", "policy"}
+    k = yaml.safe_load((MONITORING / "kustomization.yaml").read_text())
+    assert k["namespace"] == base["namespace"] == NAMESPACE
+    assert "kubectl apply -k deploy/kubernetes/monitoring" in (ROOT / "deploy" / "README.md").read_text()
+
+
+def test_monitoring_kustomization_read_by_hand_is_what_kustomize_builds():
+    """The by-hand reading that stands in for kustomize where it is missing gives kustomize's result."""
+    if not _kustomize_tool():
+        pytest.skip("neither kustomize nor kubectl is installed")
+    key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
+    assert sorted(_kustomize_with_tool(MONITORING), key=key) == sorted(_kustomize_by_hand(MONITORING), key=key)
+
+
+def test_servicemonitor_selects_every_service_with_a_metrics_port_and_nothing_else():
+    sm = _monitoring_docs()["ServiceMonitor"]
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1" and sm["metadata"]["namespace"] == NAMESPACE
+    spec = sm["spec"]
+    # no namespaceSelector: the ServiceMonitor's own namespace, where the Services are
+    assert spec.get("namespaceSelector", {"matchNames": [NAMESPACE]}) == {"matchNames": [NAMESPACE]}
+    assert spec["selector"], "an empty selector selects every Service"
+    # kube-prometheus-stack's Prometheus selects ServiceMonitors by its Helm release's label
+    assert sm["metadata"]["labels"]["release"]
+    services = _k8s_by_kind()["Service"]
+    with_metrics = {n for n, s in services.items() if any(p.get("name") == "metrics" for p in s["spec"]["ports"])}
+    selected = {n for n, s in services.items() if _selects(spec["selector"], s["metadata"].get("labels", {}))}
+    assert selected == with_metrics
+    assert SCHEDMESH_SERVICES | {"preemption", "controller-manager", "jaeger"} <= selected
+    workloads = {**_k8s_by_kind()["Deployment"], **_k8s_by_kind()["StatefulSet"]}
+    assert spec["endpoints"]
+    for endpoint in spec["endpoints"]:
+        assert set(endpoint) <= {"port", "path", "scheme", "interval", "scrapeTimeout", "relabelings"}, endpoint
+        for name in selected:
+            [port] = [p for p in services[name]["spec"]["ports"] if p.get("name") == endpoint["port"]]
+            # the Service's port leads to the container port the pods' annotations name
+            template = workloads[name]["spec"]["template"]
+            [container] = template["spec"]["containers"]
+            [target] = [p for p in container["ports"] if p["name"] == port["targetPort"]
+                        or p["containerPort"] == port["targetPort"]]
+            annotations = template["metadata"]["annotations"]
+            assert str(target["containerPort"]) == annotations["prometheus.io/port"], name
+            assert endpoint.get("path", "/metrics") == annotations["prometheus.io/path"], name
+            assert endpoint.get("scheme", "http") == "http", name  # /metrics is plaintext HTTP
+
+
+def test_servicemonitor_metadata_and_configmap_validate_against_the_api_schema():
+    """kubernetes-validate knows the core kinds, not prometheus-operator's CRDs: the ConfigMap is
+    validated whole, the ServiceMonitor's metadata as an ObjectMeta (label keys and values)."""
+    import kubernetes_validate
+    from kubernetes_validate.utils import SchemaNotFoundError
+
+    docs = _monitoring_docs()
+    kubernetes_validate.validate(docs["ConfigMap"], K8S_VERSION, strict=True)
+    with pytest.raises(SchemaNotFoundError):
+        kubernetes_validate.validate(docs["ServiceMonitor"], K8S_VERSION, strict=True)
+    as_configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": docs["ServiceMonitor"]["metadata"]}
+    kubernetes_validate.validate(as_configmap, K8S_VERSION, strict=True)
+
+
+def _config_map_generators(root: Path) -> list[tuple[Path, dict]]:
+    """(kustomization directory, generator) of every configMapGenerator `kustomize build root` runs."""
+    k = yaml.safe_load((root / "kustomization.yaml").read_text())
+    found = [(root, g) for g in k.get("configMapGenerator", [])]
+    for r in k.get("resources", []):
+        if (root / r).is_dir():
+            found += _config_map_generators(root / r)
+    return found
+
+
+def test_grafana_dashboard_configmap_is_generated_from_the_dashboard_file_for_the_sidecar():
+    import json
+
+    # the generator reads the dashboard files themselves: no second copy under deploy/kubernetes
+    [(root, gen)] = _config_map_generators(MONITORING)
+    assert [(root / f.rpartition("=")[2]).resolve() for f in gen["files"]] == \
+        [p.resolve() for p in sorted(DASHBOARDS.glob("*.json"))]
+    assert not list(K8S.rglob("*.json"))
+    cm = _monitoring_docs()["ConfigMap"]
+    assert cm["metadata"]["namespace"] == NAMESPACE
+    assert SIDECAR_LABEL.items() <= cm["metadata"]["labels"].items()
+    assert cm["data"] == {f.name: f.read_text() for f in sorted(DASHBOARDS.glob("*.json"))}
+    dash = json.loads(cm["data"]["schedmesh.json"])
+    uids = {t["datasource"]["uid"] for p in dash["panels"] for t in [p, *p["targets"]] if "datasource" in t}
+    assert uids == {KPS_DATASOURCE_UID}
+
+
+def _relabel(labels: dict[str, str], rules: list[dict]) -> dict[str, str] | None:
+    """Prometheus's relabel_configs (actions replace, keep, drop); None when the target is dropped."""
+    labels = dict(labels)
+    for rule in rules:
+        action = rule.get("action", "replace")
+        value = rule.get("separator", ";").join(labels.get(s, "") for s in rule.get("source_labels", []))
+        match = re.fullmatch(rule.get("regex", "(.*)"), value)
+        if action == "keep" and not match or action == "drop" and match:
+            return None
+        if action == "replace" and match:
+            replacement = re.sub(r"\$(\d+)", r"\\g<\1>", rule.get("replacement", "$1"))
+            labels[rule["target_label"]] = match.expand(replacement)
+    return labels
+
+
+def _pod_targets(job: dict, pod_ip: str) -> dict[str, dict]:
+    """pod name -> the target Prometheus's kubernetes-pods job keeps for one pod of each workload."""
+    sanitize = lambda k: re.sub(r"[^a-zA-Z0-9_]", "_", k)  # noqa: E731
+    by_kind = _k8s_by_kind()
+    targets = {}
+    for kind in ("Deployment", "StatefulSet"):
+        for name, w in by_kind[kind].items():
+            template = w["spec"]["template"]
+            meta = {"__meta_kubernetes_namespace": NAMESPACE, "__meta_kubernetes_pod_name": f"{name}-0",
+                    "__meta_kubernetes_pod_ip": pod_ip, "__meta_kubernetes_pod_phase": "Running",
+                    "__metrics_path__": "/metrics", "__scheme__": "http"}
+            meta |= {f"__meta_kubernetes_pod_annotation_{sanitize(k)}": v
+                     for k, v in template["metadata"].get("annotations", {}).items()}
+            meta |= {f"__meta_kubernetes_pod_label_{sanitize(k)}": v for k, v in template["metadata"]["labels"].items()}
+            ports = [p["containerPort"] for c in template["spec"]["containers"] for p in c.get("ports", [])]
+            ip = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
+            # role: pod makes a target per container port; identical ones after relabelling are one
+            kept = [_relabel({**meta, "__address__": f"{ip}:{port}"}, job["relabel_configs"]) for port in ports]
+            kept = [{k: v for k, v in t.items() if not k.startswith("__meta_")} for t in kept if t]
+            if kept:
+                assert all(t == kept[0] for t in kept), (name, kept)
+                targets[name] = kept[0]
+    return targets
+
+
+def test_prometheus_kubernetes_pods_job_scrapes_what_the_annotations_say():
+    """The plain-Prometheus alternative to the ServiceMonitor: a scrape job over the pods'
+    prometheus.io annotations, in the schedmesh namespace."""
+    [job] = yaml.safe_load((ROOT / "deploy" / "prometheus" / "kubernetes-pods.yml").read_text())["scrape_configs"]
+    [sd] = job["kubernetes_sd_configs"]
+    assert sd["role"] == "pod" and sd["namespaces"]["names"] == [NAMESPACE]
+    workloads = {**_k8s_by_kind()["Deployment"], **_k8s_by_kind()["StatefulSet"]}
+    annotated = {n for n, w in workloads.items()
+                 if w["spec"]["template"]["metadata"].get("annotations", {}).get("prometheus.io/scrape") == "true"}
+    assert SCHEDMESH_SERVICES | {"preemption", "controller-manager", "jaeger"} <= annotated
+    for pod_ip in ("10.244.1.7", "fd00:10:244::7"):
+        targets = _pod_targets(job, pod_ip)
+        assert set(targets) == annotated, pod_ip  # Kafka has no annotations: not scraped
+        host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
+        for name, t in targets.items():
+            annotations = workloads[name]["spec"]["template"]["metadata"]["annotations"]
+            assert t["__address__"] == f"{host}:{annotations['prometheus.io/port']}", (name, t)
+            assert t["__metrics_path__"] == annotations["prometheus.io/path"]
+            assert t["job"] == name and t["namespace"] == NAMESPACE and t["pod"] == f"{name}-0"
