@@ -312,7 +312,11 @@ def runs(fw: Framework, pending: list[Pod], size: int) -> Iterator[list[Pod]]:
 
 
 def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list[str]], client: str,
-                   pending: list[Pod], batch_size: int = 0, use: Optional[BatchUse] = None) -> list[Decision]:
+                   pending: list[Pod], batch_size: int = 0, use: Optional[BatchUse] = None,
+                   pipelined: bool = False) -> list[Decision]:
+    """The queue-manager's decisions through the shards: pod by pod, or in runs of `batch_size`
+    (each run's batch prepared just before it, or, `pipelined`, before the previous run is
+    decided, as the queue-manager's loop prepares the next run while it decides one)."""
     assumed: list[spb.PodAssignment] = []  # what the queue-manager has assumed, in order
 
     def view() -> spb.ClusterView:
@@ -326,10 +330,25 @@ def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list
         fw = Framework(default_profile(), snapshot_fn=lambda: cache.snapshot)
         algo = SchedulingAlgorithm(tie_break="name", evaluator=evaluator)
         out = []
-        for run in runs(fw, pending, batch_size):
-            items = [(fw, p) for p in run if batchable(fw, p)]
-            if batch_size and len(items) > 1:
-                evaluator.begin_batch(algo, items, cache.lock, lambda: cache.snapshot, None)
+        all_runs = list(runs(fw, pending, batch_size))
+
+        def prepare(k: int, start: int):
+            items = [(fw, p) for p in all_runs[k] if batchable(fw, p)] if batch_size else []
+            return evaluator.prepare_batch(algo, items, cache.lock, lambda: cache.snapshot, None, None, start)
+
+        batch = prepare(0, algo.next_start_node_index) if all_runs else None
+        for k, run in enumerate(all_runs):
+            following = None
+            # Only after a run of node-local pods alone: a pod with affinity terms would end the
+            # next batch as soon as it is assumed (the queue-manager's loop does the same).
+            ahead = pipelined and all(batchable(fw, p) for p in run)
+            if ahead and k + 1 < len(all_runs):
+                # The next run's view is taken before this run's pods are assumed.
+                start = batch.next_start if batch is not None and batch.next_start is not None \
+                    else algo.next_start_node_index
+                following = prepare(k + 1, start)
+            evaluator.use_batch(batch)
+            items = [p for p in run if batchable(fw, p)]
             for pod in run:
                 with cache.lock:
                     d = decide(algo, fw, cache.snapshot, pod)
@@ -342,13 +361,17 @@ def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list
                 use.answered += evaluator._batch.hits
                 use.local_rows += evaluator._batch.local_rows
             evaluator.end_batch()
+            if ahead:
+                batch = following
+            elif k + 1 < len(all_runs):
+                batch = prepare(k + 1, algo.next_start_node_index)
         return out
     finally:
         evaluator.close()
 
 
 async def run_mesh(published: Published, shards: int, mesh: Mesh, batch_size: int = 0,
-                   use: Optional[BatchUse] = None) -> list[Decision]:
+                   use: Optional[BatchUse] = None, pipelined: bool = False) -> list[Decision]:
     # One client per cluster and shard count: its next view replaces what it assumed before.
     client = f"test-qm-{published.name}-{shards}"
     cache = ClusterCache()
@@ -359,7 +382,7 @@ async def run_mesh(published: Published, shards: int, mesh: Mesh, batch_size: in
             assert list(cache.snapshot.cols.names) == published.node_order, "the replica orders the nodes differently"
         return await asyncio.to_thread(mesh_decisions, cache,
                                        (mesh.filter_targets[shards], mesh.score_targets[shards]),
-                                       client, published.cluster.pending, batch_size, use)
+                                       client, published.cluster.pending, batch_size, use, pipelined)
     finally:
         await follower.stop()
 
@@ -394,6 +417,20 @@ async def test_batches_decide_like_one_process(published: Published, shards: int
     assert got == want, f"{shards} shard(s) in batches decided differently; first difference at {first_difference(want, got)}"
     assert use.answered >= use.batchable // 2 > 0, use  # the batches did the work
     assert use.local_rows > 0, use  # and the assumed pods' nodes were re-evaluated
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("published", list(BATCH_CLUSTERS), indirect=True)
+async def test_pipelined_batches_decide_like_one_process(published: Published, mesh: Mesh) -> None:
+    """As the queue-manager's loop runs them: each run's batch is prepared (view taken, shards
+    asked, the start index predicted from the run before) while the run before it is decided,
+    so it must also correct every row that earlier run changed after its view."""
+    use = BatchUse()
+    got = await run_mesh(published, 2, mesh, batch_size=16, use=use, pipelined=True)
+    want = published.want
+    assert got == want, f"pipelined batches decided differently; first difference at {first_difference(want, got)}"
+    assert use.answered >= use.batchable // 2 > 0, use
+    assert use.local_rows > 0, use
 
 
 @pytest.mark.timeout(300)

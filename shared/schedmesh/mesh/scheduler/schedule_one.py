@@ -117,7 +117,9 @@ class ScheduleOne:
                     (run, prepared), ahead = ahead, None
                 if run:
                     batch = self._prepared_batch(prepared)
-                    if self.evaluator.filter_stubs:
+                    # Not after a pod that is not node-local: assuming it (inter-pod affinity
+                    # terms) would end a batch prepared meanwhile.
+                    if self.evaluator.filter_stubs and all(self._batchable(q) for q, _ in run):
                         following = self._pop_run()
                         if following:
                             # The shards evaluate the next run while this one is decided here.
