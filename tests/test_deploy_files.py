@@ -49,6 +49,9 @@ def test_compose_services_and_healthchecks():
     assert SCHEDMESH_SERVICES | {"kafka", "jaeger"} <= set(services)
     for name, s in services.items():
         assert "healthcheck" in s and s["healthcheck"]["test"], f"{name} has no healthcheck"
+        # Compose restarts a container whose process exits, never an unhealthy one: a hung service's
+        # watchdog (schedmesh.mesh.watchdog) exits with code 70, and this brings it back.
+        assert s.get("restart") in ("always", "unless-stopped", "on-failure"), f"{name} has no restart policy"
         if name in SCHEDMESH_SERVICES:
             # grpc.health.v1 over mutual TLS with the container's certificate
             assert "schedmesh.security.healthcheck" in " ".join(s["healthcheck"]["test"]), name

@@ -4,6 +4,10 @@ Prints one ``ready`` line with the bootstrap address once a Kafka client can cre
 topic, then runs until SIGINT/SIGTERM (or until the broker dies, whose exit code is
 returned). Tansu dies with this process (on Linux), so a killed wrapper leaves no broker
 behind.
+
+The wrapper's event loop has the mesh services' watchdog (schedmesh.mesh.watchdog,
+SCHEDMESH_WATCHDOG_SECONDS): a hung loop would no longer notice Tansu dying, so it exits
+with code 70 instead and is restarted like a dead broker.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import signal
 import sys
 
 from schedmesh.broker.embedded import BrokerError, EmbeddedBroker
+from schedmesh.mesh.watchdog import LoopWatchdog
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -48,6 +53,15 @@ async def _run(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    watchdog = LoopWatchdog.from_env("broker")
+    watchdog.start()
+    try:
+        return await _serve(broker, stop)
+    finally:
+        watchdog.stop()
+
+
+async def _serve(broker: EmbeddedBroker, stop: asyncio.Event) -> int:
     try:
         await broker.astart()
     except BrokerError as exc:

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from schedmesh.mesh.watchdog import WATCHDOG_EXIT_CODE
 from schedmesh.ports import free_port
 
 STATE_DIR = ".schedmesh"
@@ -408,6 +409,8 @@ def _exit_text(code: int) -> str:
             return f"was killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"was killed by signal {-code}"
+    if code == WATCHDOG_EXIT_CODE:  # schedmesh.mesh.watchdog: its log has every thread's stack
+        return f"exited with code {code} (its event loop stalled: watchdog)"
     return f"exited with code {code}"
 
 

@@ -13,6 +13,9 @@ Environment:
 * ``SCHEDMESH_TLS_CA`` / ``SCHEDMESH_TLS_CERT`` / ``SCHEDMESH_TLS_KEY``: serve mutual TLS and
   check callers' identities (schedmesh.security); without them the server is plaintext, which
   is allowed on a loopback address only. ``SCHEDMESH_API_TOKEN(_FILE)``: the Scheduler API's token.
+* ``SCHEDMESH_WATCHDOG_SECONDS``: the event-loop watchdog (schedmesh.mesh.watchdog): once the
+  loop has not run for this long (default 120; 0: off), the process logs every thread's stack
+  and exits with code 70 (WATCHDOG_EXIT_CODE), so Compose, Kubernetes or `schedmesh up` restart it.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from schedmesh.bus import EventConsumer, Record
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, ClusterCache
+from schedmesh.mesh.watchdog import LoopWatchdog
 from schedmesh.security.credentials import TLSFiles, is_loopback, token_from_env
 from schedmesh.security.identity import allowed_callers
 from schedmesh.security.interceptors import BearerTokenInterceptor, CallerIdentityInterceptor
@@ -83,6 +87,8 @@ class ServiceProcess:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.stopping = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
+        # started with the server; a hung event loop ends the process (so it is restarted)
+        self.watchdog = LoopWatchdog.from_env(name)
 
     async def set_serving(self, serving: bool, service: str = "") -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -116,6 +122,7 @@ class ServiceProcess:
             loop.add_signal_handler(sig, self.stopping.set)
         log.info("%s listening on %s:%d (%s)", self.name, self.host, self.port,
                  "mutual TLS" if self.tls is not None else "plaintext")
+        self.watchdog.start()
 
     def _start_metrics(self) -> None:
         if self.metrics_port is None or self.metrics_server is not None:
@@ -142,6 +149,10 @@ class ServiceProcess:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Watched up to here (a shutdown that hangs the loop is a hang too); what follows (the
+        # trace exporter's flush, asyncio.run's teardown, the interpreter's exit) may block or
+        # outlive the loop without being one.
+        self.watchdog.stop()
         self._stop_metrics()
         shutdown_tracing()
 
