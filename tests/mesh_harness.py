@@ -139,6 +139,29 @@ class ServiceProc:
         self.log.close()
 
 
+def alive(pid: int) -> bool:
+    """A live process (a zombie is dead: it only waits to be reaped). Linux: reads /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def children(pid: int) -> list[int]:
+    """The pids whose parent is `pid`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[-1].split()[1]) == pid:
+                        out.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
 def poll(fn, timeout: float = 30.0, interval: float = 0.1):
     """fn()'s first truthy value, or its last value once `timeout` seconds have passed."""
     deadline = time.time() + timeout

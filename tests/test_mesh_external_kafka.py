@@ -26,7 +26,7 @@ from schedmesh.mesh.records import PodTopicFold
 from schedmesh.security.local import mesh_channel
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 
-from tests.mesh_harness import free_port, kafka
+from tests.mesh_harness import alive, children, free_port, kafka
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find processes")
 
@@ -61,27 +61,6 @@ def schedmesh(*args: str, cwd: Path, timeout: float = 120, env: dict | None = No
 
 def state(base: Path) -> dict:
     return json.loads((base / ".schedmesh" / "mesh.json").read_text())
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[-1].split()[1]) == pid:
-                        out.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
 
 
 def bound(base: Path) -> dict[str, str]:

@@ -21,7 +21,8 @@ from schedmesh.cli.supervisor import EMBEDDED_BROKER_LOSES, kafka_answers
 from schedmesh.security.local import mesh_channel
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 
-from tests.mesh_harness import EXTERNAL_KAFKA, SKIP_EMBEDDED_BROKER_KILL, mesh_stop_note, up_kafka_args
+from tests.mesh_harness import (EXTERNAL_KAFKA, SKIP_EMBEDDED_BROKER_KILL, alive, children, mesh_stop_note,
+                                up_kafka_args)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find processes")
 
@@ -63,28 +64,6 @@ def state(base: Path) -> dict:
 
 def proc(base: Path, name: str) -> dict:
     return next(p for p in state(base)["procs"] if p["name"] == name)
-
-
-def alive(pid: int) -> bool:
-    """A live process (a zombie is dead: it only waits to be reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[-1].split()[1]) == pid:
-                        out.append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
 
 
 def mesh_pids(base: Path) -> set[int]:
