@@ -229,6 +229,24 @@ class EventConsumer:
             return
         try:
             await asyncio.wait_for(consumer.stop(), 5.0)
+        except asyncio.CancelledError:
+            # aiokafka's Fetcher.close() cancels its requests in flight and awaits them unguarded:
+            # a fetch that failed (the broker went away) and sleeps out its retry backoff ends
+            # cancelled, and stop() raises CancelledError though nobody cancelled this task
+            # (aio-libs/aiokafka#647). Propagated, it ended the reader recovering from a broker
+            # restart: a cache stopped following for good. Only a real cancellation goes on.
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            log.warning("consumer stop: an aiokafka request cancelled while closing escaped stop()")
+            client = getattr(consumer, "_client", None)  # what stop() did not get to close
+            if client is not None:
+                try:
+                    await asyncio.wait_for(client.close(), 5.0)
+                except (TimeoutError, KafkaError, OSError, asyncio.CancelledError) as exc:
+                    if task is not None and task.cancelling():
+                        raise
+                    log.warning("consumer client close: %r", exc)
         except (TimeoutError, KafkaError, OSError) as exc:
             log.warning("consumer stop: %r", exc)
 
@@ -250,6 +268,15 @@ class EventConsumer:
             self._buffer.extend(await self._fetch(timeout, max_records))
         count = len(self._buffer) if max_records is None else min(max_records, len(self._buffer))
         return [self._deliver(self._buffer.popleft()) for _ in range(count)]
+
+    async def end_offsets(self) -> dict[str, int]:
+        """The broker's end offset (the next offset it will write) of every assigned partition,
+        as "topic/partition" -> offset (ClusterCache.offsets' keys); reads nothing."""
+        consumer = self._consumer
+        if consumer is None:
+            raise BusError("EventConsumer not started")
+        ends = await consumer.end_offsets(list(consumer.assignment()))
+        return {f"{tp.topic}/{tp.partition}": offset for tp, offset in ends.items()}
 
     async def catch_up(self, timeout: float = 30.0) -> list[Record]:
         """Read until every assigned partition reaches the end offset it had when called.

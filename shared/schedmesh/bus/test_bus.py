@@ -336,6 +336,36 @@ async def test_broker_restart_consumer_reconnects_and_callbacks_fire(
         await watch.close()
 
 
+async def test_restart_recovery_survives_a_fetch_sleeping_out_its_retry_backoff(
+    own_broker: EmbeddedBroker, default_topic: TopicSpec
+) -> None:
+    """Recovering from a broker restart closes the old aiokafka consumer. A fetch of the old
+    broker that failed is then sleeping out its retry backoff; aiokafka 0.14's Fetcher.close()
+    cancels it and awaits it unguarded, so stop() raises CancelledError though nobody cancelled
+    the reader (aio-libs/aiokafka#647). It must not end the reader: a CacheFollower's follow
+    task died that way, silently, and its cache stayed on the lost broker's offsets for good
+    ("filter-worker-1 has not caught up with the event stream")."""
+    topic = default_topic
+    bootstrap = own_broker.bootstrap_servers
+    async with EventProducer(bootstrap, topics=[topic], probe_interval=0.2) as producer, EventConsumer(
+        bootstrap, [topic], probe_interval=0.2, retry_backoff_ms=5000  # a long window, as under load
+    ) as consumer:
+        await producer.send(topic.name, b"before", key="k")
+        assert b"before" in {r.value for r in await _collect(consumer, 1)}
+        await own_broker.astop()
+        await asyncio.sleep(0.5)  # the reader's fetch fails: its task sleeps 5 s before retrying
+        assert await consumer.getmany(timeout=0.5) == []
+        await own_broker.astart()  # same port, new cluster: the reader recovers within that sleep
+        await _eventually(lambda: producer.restart_count == 1, what="producer restart handled")
+        await producer.send(topic.name, b"after", key="k")
+        values: list[bytes | None] = []
+        deadline = time.monotonic() + 20
+        while b"after" not in values:  # getmany raised CancelledError here
+            assert time.monotonic() < deadline, f"nothing read after the restart: {values}"
+            values += [r.value for r in await consumer.getmany(timeout=0.5)]
+        assert consumer.restart_count == 1
+
+
 async def test_send_right_after_restart_is_not_lost(
     own_broker: EmbeddedBroker, default_topic: TopicSpec
 ) -> None:

@@ -286,11 +286,33 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         # be bound (and its binding published) in between, or the stale copy would land last.
         await asyncio.to_thread(self._cycle_gate.acquire)
         try:
+            await self._read_what_was_published()
             recs = await asyncio.to_thread(build)
             log.warning("broker restarted: re-publishing %d records", len(recs))
             await records.publish(self.producer, recs)
         finally:
             self._cycle_gate.release()
+
+    async def _read_what_was_published(self, timeout: float = 10.0) -> None:
+        """Before the re-publication's snapshot: the cache has noticed the restart and read the new
+        broker up to its end, so it holds what this process already sent there (the producer's
+        re-sent records, an attempt's FailedScheduling that waited out the outage). A snapshot
+        older than those records, published after them, would undo them in every cache: a pending
+        pod lost its PodScheduled=False condition that way (tests/test_crash_safety.py)."""
+        assert self.follower is not None and self.producer is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        consumer = self.follower.consumer
+        while consumer.restart_count < self.producer.restart_count and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        try:
+            await self.producer.flush()
+            ends = await consumer.end_offsets()
+        except Exception as e:  # noqa: BLE001 - the broker went away again: publish what we have
+            log.warning("broker restarted: cannot read its end offsets before re-publishing (%r)", e)
+            return
+        if not await asyncio.to_thread(self.cache.wait_for, ends, max(0.1, deadline - loop.time())):
+            log.warning("broker restarted: the cache has not read %s before re-publishing", ends)
 
     async def _restore(self) -> None:
         """At start: publish again, from the local store, what was applied and the broker no longer
