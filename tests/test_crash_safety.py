@@ -46,7 +46,7 @@ from schedmesh.mesh.cluster_cache import TOPIC_PODS
 from schedmesh.security.local import mesh_channel
 from schedmesh.v1 import events_pb2, queue_pb2, queue_pb2_grpc
 
-from tests.mesh_harness import poll
+from tests.mesh_harness import poll, up_kafka_args
 from tests.test_supervision import _env, alive, schedmesh, wait_all_dead, mesh_pids
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find processes")
@@ -194,8 +194,9 @@ def meshes(tmp_path_factory):
             (base / "pool.yaml").write_text(POOL)
             args = ["--filter-workers", "2", "--score-workers", "2"] if shape == "sharded" else []
             # deaths are seen at once; "unhealthy" only after a minute (startup on a loaded machine is slow)
-            r = schedmesh("up", "--detach", "--pool", "pool.yaml", *args, cwd=base, timeout=240,
-                          env=_env(SCHEDMESH_UNHEALTHY_SECONDS="60"))
+            # SCHEDMESH_TEST_KAFKA: on a broker of its own given with --kafka (the broker cases skip)
+            r = schedmesh("up", "--detach", "--pool", "pool.yaml", *args, *up_kafka_args(base), cwd=base,
+                          timeout=240, env=_env(SCHEDMESH_UNHEALTHY_SECONDS="60"))
             assert r.returncode == 0, r.stdout + r.stderr
             started[shape] = Mesh(base)
             started[shape].wait_ready()
