@@ -145,7 +145,10 @@ def test_up_on_a_running_broker_and_down_leaves_it_with_the_pods(tmp_path: Path)
             r = schedmesh("get", "pods", cwd=tmp_path)
             assert r.returncode == 0, r.stderr
             assert all(n in r.stdout for n in NAMES), r.stdout
-            assert "is restarting the queue-manager" in r.stderr and "schedmesh down" not in r.stderr, r.stderr
+            # The supervisor may have restarted it before the CLI connected (then nothing is said);
+            # the message itself is checked deterministically in tests/test_cli_unreachable.py.
+            assert "schedmesh down" not in r.stderr, r.stderr
+            assert not r.stderr.strip() or "is restarting the queue-manager" in r.stderr, r.stderr
         finally:
             said = down(tmp_path)
         assert external_broker_keeps(bootstrap) in said and EMBEDDED_BROKER_LOSES not in said
