@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.mesh_harness import up_kafka_args
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ("filter_worker", "score_worker", "binder", "kubelet_agent", "queue_manager")
@@ -54,7 +55,8 @@ def mesh(tmp_path_factory):
         pytest.skip(f"services not written yet: {', '.join(missing)}")
     d = tmp_path_factory.mktemp("mesh")
     # every cycle's plugins timed, for test_shards_serve_kubes_framework_metrics_and_their_request_latency
-    r = schedmesh("up", "--detach", "--filter-workers", "1", "--score-workers", "1", cwd=d, timeout=150,
+    r = schedmesh("up", "--detach", "--filter-workers", "1", "--score-workers", "1", *up_kafka_args(d), cwd=d,
+                  timeout=150,
                   env={"SCHEDMESH_PLUGIN_METRICS_SAMPLE_PERCENT": "100"})
     if r.returncode != 0:
         pytest.fail(f"schedmesh up failed:\n{r.stdout}\n{r.stderr}")

@@ -18,6 +18,7 @@ import pytest
 
 from schedmesh.security.local import mesh_channel
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
+from tests.mesh_harness import up_kafka_args
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEDMESH = [sys.executable, "-m", "schedmesh.cli.main"]
@@ -115,7 +116,8 @@ def mesh(tmp_path_factory):
     base: Path = tmp_path_factory.mktemp("mesh_eviction")
     (base / "pool.yaml").write_text(POOL)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    up = subprocess.run([*SCHEDMESH, "up", "--detach", "--pool", "pool.yaml", "--tie-break", "name"], cwd=base,
+    up = subprocess.run([*SCHEDMESH, "up", "--detach", "--pool", "pool.yaml", "--tie-break", "name",
+                         *up_kafka_args(base)], cwd=base,
                         env=env, capture_output=True, text=True, timeout=240)
     assert up.returncode == 0, up.stderr
     try:

@@ -24,6 +24,7 @@ from schedmesh.cli.supervisor import load_state
 from schedmesh.v1 import queue_pb2
 
 from tests.golden_mesh import CONFIG, GOLDEN, KINDS, pod_key, schedmesh
+from tests.mesh_harness import up_kafka_args
 
 
 def _has_victims(name: str) -> bool:
@@ -88,6 +89,7 @@ def test_mesh_places_like_kube_scheduler(tmp_path: Path, name: str) -> None:
     (tmp_path / "sched.yaml").write_text(CONFIG)
     (tmp_path / "empty-pool.yaml").write_text("pools: []\n")
     up = schedmesh("up", "--detach", "--tie-break", "name", "--pool", "empty-pool.yaml", "--config", "sched.yaml",
+                   *up_kafka_args(tmp_path),
                    cwd=tmp_path)
     assert up.returncode == 0, f"schedmesh up failed:\n{up.stdout}\n{up.stderr}"
     client = Client(load_state(tmp_path))

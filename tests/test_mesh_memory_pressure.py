@@ -21,6 +21,7 @@ from schedmesh.cli.supervisor import load_state
 from schedmesh.v1 import queue_pb2
 
 from tests.golden_mesh import schedmesh
+from tests.mesh_harness import up_kafka_args
 
 TRANSITION = 12.0  # longer than the eviction manager's 10 s pass, which would hide a shorter one
 POOL = f"""
@@ -104,7 +105,7 @@ class Mesh:
 def mesh(tmp_path_factory):
     work: Path = tmp_path_factory.mktemp("memory_pressure")
     (work / "pool.yaml").write_text(POOL)
-    up = schedmesh("up", "--detach", "--pool", "pool.yaml", "--tie-break", "name", cwd=work)
+    up = schedmesh("up", "--detach", "--pool", "pool.yaml", "--tie-break", "name", *up_kafka_args(work), cwd=work)
     assert up.returncode == 0, f"schedmesh up failed:\n{up.stdout}\n{up.stderr}"
     m = Mesh(work)
     try:
