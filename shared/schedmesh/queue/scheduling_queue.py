@@ -163,6 +163,11 @@ class PriorityQueue(RuntimeNominator):
         # schedulerName -> registered event -> hint functions.
         self.queueing_hints: dict[str, QueueingHintMap] = {k: dict(v) for k, v in (queueing_hints or {}).items()}
         self._plugin_events = plugin_to_events(self.queueing_hints.values())
+        # (profile, event) -> the hints whose registered event covers it, in the map's order, and
+        # their plugins: one event is checked against every unschedulable pod, and matching
+        # events (enum flags) per pod cost most of the queue-manager's time with 1,000 such pods.
+        self._hints_for_event: dict[tuple[str, ClusterEvent], tuple[list, frozenset]] = {}
+        self._last_match: Optional[tuple] = None
         self._namespace_labels = namespace_labels or (lambda ns: {})
         self._on_incoming = on_incoming
 
@@ -370,42 +375,57 @@ class PriorityQueue(RuntimeNominator):
         return any(match_cluster_events(registered, event)
                    for hints in self.queueing_hints.values() for registered in hints)
 
+    def _matching_hints(self, profile: str, event: ClusterEvent) -> Optional[tuple[list, frozenset]]:
+        last = self._last_match  # one event is asked about every pod in a row: skip even the hashing
+        if last is not None and last[0] is event and last[1] == profile:
+            return last[2]
+        key = (profile, event)
+        got = self._hints_for_event.get(key)
+        if got is None:
+            hint_map = self.queueing_hints.get(profile)
+            if hint_map is None:
+                return None
+            fns = [f for registered, fs in hint_map.items() if match_cluster_events(registered, event) for f in fs]
+            got = self._hints_for_event[key] = (fns, frozenset(f.plugin_name for f in fns))
+        self._last_match = (event, profile, got)
+        return got
+
     def is_pod_worth_requeuing(self, p: QueuedPodInfo, event: ClusterEvent, old_obj: Any, new_obj: Any
                                ) -> QueueingStrategy:
         """Ask the hints of the plugins that rejected p (only those) whether event may help it."""
         rejectors = p.unschedulable_plugins | p.pending_plugins
         if not rejectors:
             return QueueingStrategy.QUEUE_AFTER_BACKOFF
-        if is_wildcard(event):
+        if event.resource == EventResource.WILDCARD and is_wildcard(event):
             # A wildcard event carrying a pod (ForceActivate) is meant for that pod only.
             if new_obj is not None and (not isinstance(new_obj, Pod) or new_obj.meta.uid != p.pod.meta.uid):
                 return QueueingStrategy.QUEUE_SKIP
             return QueueingStrategy.QUEUE_AFTER_BACKOFF
-        hint_map = self.queueing_hints.get(p.pod.scheduler_name)
-        if hint_map is None:
+        matching = self._matching_hints(p.pod.scheduler_name, event)
+        if matching is None:
             log.error("no queueing hints registered for profile %r (pod %s)", p.pod.scheduler_name, p.key,
                       extra={"pod": p})
             return QueueingStrategy.QUEUE_AFTER_BACKOFF
+        fns, plugins = matching
+        if plugins.isdisjoint(rejectors):
+            return QueueingStrategy.QUEUE_SKIP
         strategy = QueueingStrategy.QUEUE_SKIP
-        for registered, fns in hint_map.items():
-            if not match_cluster_events(registered, event):
+        for f in fns:
+            if f.plugin_name not in rejectors:
                 continue
-            for f in fns:
-                if f.plugin_name not in rejectors:
-                    continue
-                try:
-                    hint = f.fn(p.pod, old_obj, new_obj)
-                except Exception as e:  # an erroring hint must not strand the pod: Queue
-                    log.error("queueing hint of %s failed for pod %s on %s: %s", f.plugin_name, p.key,
-                              event_label(event), e)
-                    hint = QueueingHint.QUEUE
-                if hint == QueueingHint.QUEUE_SKIP:
-                    continue
-                if f.plugin_name in p.pending_plugins:
-                    return QueueingStrategy.QUEUE_IMMEDIATELY
-                if not p.pending_plugins:
-                    return QueueingStrategy.QUEUE_AFTER_BACKOFF
-                strategy = QueueingStrategy.QUEUE_AFTER_BACKOFF
+            try:
+                hint = f.fn(p.pod, old_obj, new_obj)
+            except Exception as e:  # an erroring hint must not strand the pod: Queue
+                log.error("queueing hint of %s failed for pod %s on %s: %s", f.plugin_name, p.key,
+                          event_label(event), e)
+                hint = QueueingHint.QUEUE
+            if hint == QueueingHint.QUEUE_SKIP:
+                continue
+            if f.plugin_name in p.pending_plugins:
+                return QueueingStrategy.QUEUE_IMMEDIATELY
+            if not p.pending_plugins:
+                return QueueingStrategy.QUEUE_AFTER_BACKOFF
+            strategy = QueueingStrategy.QUEUE_AFTER_BACKOFF
         return strategy
 
     def _hint_for_in_flight_pod(self, p: QueuedPodInfo) -> QueueingStrategy:
