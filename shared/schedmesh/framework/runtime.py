@@ -220,15 +220,17 @@ class Framework(Handle):
                 plugin, point, str(Code(code)))
         child.observe(seconds)
 
-    def time_plugin(self, point: str, p: Plugin, call: Callable, *args):
-        """`call(*args)` (plugin `p`'s method returning a Status or None), observed as `p` at
-        `point`; for a sampled cycle's per-plugin calls (the bulk paths time their plugins inline)."""
+    def time_plugin(self, point: str, p: Plugin, call: Callable, *args, status_at: Optional[int] = None):
+        """`call(*args)` (plugin `p`'s method returning a Status or None, or a tuple with it at
+        `status_at`), observed as `p` at `point`; for a sampled cycle's per-plugin calls (the
+        bulk paths time their plugins inline)."""
         t0 = perf_counter()
         code = Code.ERROR
         try:
-            st = call(*args)
+            out = call(*args)
+            st = out if status_at is None else out[status_at]
             code = Code.SUCCESS if st is None else st.code
-            return st
+            return out
         finally:
             self.observe_plugin(p.name, point, code, perf_counter() - t0)
 
@@ -265,13 +267,8 @@ class Framework(Handle):
         record = state.record_plugin_metrics
         try:
             for p in self.points["preFilter"]:
-                if record:
-                    t = perf_counter()
-                    r, st = p.pre_filter(state, pod, snapshot)
-                    self.observe_plugin(p.name, "PreFilter", Code.SUCCESS if st is None else st.code,
-                                        perf_counter() - t)
-                else:
-                    r, st = p.pre_filter(state, pod, snapshot)
+                r, st = (self.time_plugin("PreFilter", p, p.pre_filter, state, pod, snapshot, status_at=1)
+                         if record else p.pre_filter(state, pod, snapshot))
                 if st is not None and st.code == Code.SKIP:
                     skip.add(p.name)
                     continue
@@ -423,13 +420,8 @@ class Framework(Handle):
         result: Optional[PostFilterResult] = None
         record = state.record_plugin_metrics
         for p in self.points["postFilter"]:
-            if record:
-                t = perf_counter()
-                r, st = p.post_filter(state, pod, node_to_status)
-                self.observe_plugin(p.name, "PostFilter", Code.SUCCESS if st is None else st.code,
-                                    perf_counter() - t)
-            else:
-                r, st = p.post_filter(state, pod, node_to_status)
+            r, st = (self.time_plugin("PostFilter", p, p.post_filter, state, pod, node_to_status, status_at=1)
+                     if record else p.post_filter(state, pod, node_to_status))
             if st is None or st.is_success():
                 return r, Status(Code.SUCCESS, st.reasons if st else (), p.name)
             if st.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
@@ -573,12 +565,8 @@ class Framework(Handle):
         waits: dict[str, float] = {}
         record = state.record_plugin_metrics
         for p in self.points["permit"]:
-            if record:
-                t = perf_counter()
-                st, timeout = p.permit(state, pod, node_name)
-                self.observe_plugin(p.name, "Permit", Code.SUCCESS if st is None else st.code, perf_counter() - t)
-            else:
-                st, timeout = p.permit(state, pod, node_name)
+            st, timeout = (self.time_plugin("Permit", p, p.permit, state, pod, node_name, status_at=0)
+                           if record else p.permit(state, pod, node_name))
             if st is None or st.is_success():
                 continue
             if st.is_rejected():

@@ -82,13 +82,6 @@ class FanOutEvaluator(LocalEvaluator):
         return out
 
     # ---- a run of pods in one request per shard ------------------------------------------
-    def begin_batch(self, algo, items: Sequence[tuple[Framework, object]], lock, snapshot_fn,
-                    nominator: Optional[Nominator], traceparents: Optional[dict[str, str]] = None) -> None:
-        """Ask the shards about every pod of `items` (node-local pods, in queue order) at once;
-        the cycles that follow, until `end_batch`, take their answers from here."""
-        self.use_batch(self.prepare_batch(algo, items, lock, snapshot_fn, nominator, traceparents,
-                                          algo.next_start_node_index))
-
     def prepare_batch(self, algo, items: Sequence[tuple[Framework, object]], lock, snapshot_fn,
                       nominator: Optional[Nominator], traceparents: Optional[dict[str, str]],
                       start: int) -> Optional[batching.ShardBatch]:
