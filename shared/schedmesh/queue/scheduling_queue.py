@@ -286,6 +286,7 @@ class PriorityQueue(RuntimeNominator):
         The plugin that gated it last time runs first."""
         plugins = self.pre_enqueue_plugins.get(p.pod.scheduler_name, {})
         gating = p.gating_plugin
+        self._unschedulable.invalidate()  # p may be pooled, and its rejectors change here
         if gating and gating in plugins:
             if not self._run_pre_enqueue_plugin(plugins[gating], p):
                 return
@@ -549,6 +550,7 @@ class PriorityQueue(RuntimeNominator):
             p = self._unschedulable.get(new_pod)
             if p is not None:
                 p.update(new_pod)
+                self._unschedulable.invalidate()
                 self._nominator.update_nominated_pod(old_pod if old_pod is not None else new_pod, p.pod)
                 for ev in events:
                     strategy = self.is_pod_worth_requeuing(p, ev, old_pod, new_pod)
@@ -610,8 +612,25 @@ class PriorityQueue(RuntimeNominator):
     def _move_all(self, event: ClusterEvent, old_obj: Any, new_obj: Any, pre_check: Optional[PreEnqueueCheck]) -> None:
         if not self.is_event_of_interest(event):
             return  # nothing registered it: don't even run pre_check
+        if not self._may_help_a_pooled_pod(event):
+            # is_pod_worth_requeuing would say QUEUE_SKIP to every pod: skip asking each one.
+            self._active.add_event_if_any_in_flight(old_obj, new_obj, event)
+            return
         pods = [p for p in self._unschedulable if pre_check is None or pre_check(p.pod)]
         self._move_pods(pods, event, old_obj, new_obj)
+
+    def _may_help_a_pooled_pod(self, event: ClusterEvent) -> bool:
+        """False only when no pooled pod can pass is_pod_worth_requeuing for event: every pod was
+        rejected, and by none of the plugins whose hints cover the event."""
+        if is_wildcard(event):
+            return True
+        for profile, (rejectors, some_unrejected) in self._unschedulable.rejectors_by_profile().items():
+            if some_unrejected:
+                return True
+            matching = self._matching_hints(profile, event)
+            if matching is None or not matching[1].isdisjoint(rejectors):
+                return True
+        return False
 
     def _move_pods(self, pods: list[QueuedPodInfo], event: ClusterEvent, old_obj: Any, new_obj: Any) -> None:
         if not self.is_event_of_interest(event):

@@ -427,6 +427,51 @@ def test_move_all_pre_check(pre_check, event, want):
     assert {p.pod.name for p in q._backoff.pop_all_backoff_completed()} == want
 
 
+def test_move_all_skips_the_pool_when_no_pooled_pod_was_rejected_by_an_interested_plugin():
+    """The pool keeps which plugins rejected its pods: an event only other plugins registered asks
+    no pod (not even pre_check), still reaches pods in flight, and the summary follows the pool."""
+    pre_checked: list[str] = []
+
+    def pre_check(pod: Pod) -> bool:
+        pre_checked.append(pod.name)
+        return True
+
+    q = new_queue(hint_map({NODE_ADD: [("fooPlugin", hint_queue)], PV_ADD: [("barPlugin", hint_queue)]}))
+    bar = make_pod("bar", uid="bar")
+    q.add(bar)
+    q.try_pop()
+    q.add_unschedulable_if_not_present(lookup(bar, "barPlugin"), q.scheduling_cycle())
+    in_flight = make_pod("flying", uid="flying")
+    q.add(in_flight)
+    q.try_pop()
+    q.move_all_to_active_or_backoff_queue(NODE_ADD, pre_check=pre_check)
+    assert pre_checked == [] and q.queue_of(bar) == UNSCHEDULABLE_Q
+    # The pod in flight was rejected by fooPlugin: NODE_ADD arrived during its attempt.
+    q.add_unschedulable_if_not_present(lookup(in_flight, "fooPlugin"), q.scheduling_cycle())
+    assert q.queue_of(in_flight) == BACKOFF_Q
+    # A pod rejected by fooPlugin joins the pool: the same event now moves it, and only it.
+    foo = make_pod("foo", uid="foo")
+    q.add(foo)
+    q.try_pop()
+    q.add_unschedulable_if_not_present(lookup(foo, "fooPlugin"), q.scheduling_cycle())
+    q.move_all_to_active_or_backoff_queue(NODE_ADD, pre_check=pre_check)
+    assert sorted(pre_checked) == ["bar", "foo"]
+    assert q.queue_of(foo) == BACKOFF_Q and q.queue_of(bar) == UNSCHEDULABLE_Q
+    q.move_all_to_active_or_backoff_queue(PV_ADD)
+    assert q.queue_of(bar) == BACKOFF_Q
+
+
+def test_move_all_moves_a_pod_no_plugin_rejected_on_any_interesting_event():
+    q = new_queue(hint_map({NODE_ADD: [("fooPlugin", hint_queue)]}))
+    errored, rejected = make_pod("errored", uid="e"), make_pod("rejected", uid="r")
+    for pod, plugins in ((errored, ()), (rejected, ("barPlugin",))):
+        q.add(pod)
+        q.try_pop()
+        q._unschedulable.add_or_update(lookup(pod, *plugins))  # as a pod put back by a flush would sit
+    q.move_all_to_active_or_backoff_queue(NODE_ADD)
+    assert q.queue_of(errored) != UNSCHEDULABLE_Q and q.queue_of(rejected) == UNSCHEDULABLE_Q
+
+
 # ---- isPodWorthRequeuing -----------------------------------------------------------------------
 
 class _Counted:
