@@ -21,7 +21,7 @@ import numpy as np
 
 from schedmesh.api.types import ObjectMeta, Pod
 from schedmesh.cache.node_info import AffinityTerm, NodeInfo, WeightedAffinityTerm
-from schedmesh.cache.snapshot import Snapshot
+from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
 from schedmesh.plugins.inter_pod_affinity.terms import NsLabelsOf, matches_all
 
 # (namespace, labels as items). Equal label sets listed in another order make a second group
@@ -33,37 +33,68 @@ AffinityKey = tuple[tuple[AffinityTerm, ...], tuple[WeightedAffinityTerm, ...], 
 
 
 class Group:
-    """Pods that match alike: on which nodes they run, and how many on each."""
+    """Pods that match alike: on which nodes they run, and how many on each.
 
-    __slots__ = ("sample", "_on", "_cache")
+    Kept as parallel arrays updated in place: a pod joining a group of 5,000 nodes (every
+    scheduled pod of an affinity workload) is one row written, not the group rebuilt."""
+
+    __slots__ = ("sample", "_slot", "_infos", "_rows", "_counts", "_token", "_cache")
 
     def __init__(self, sample: object) -> None:
         self.sample = sample  # a stand-in pod (label groups) or the terms (term groups)
-        self._on: dict[int, list] = {}  # id(NodeInfo) -> [NodeInfo, count]
-        self._cache: Optional[tuple[object, np.ndarray, np.ndarray]] = None
+        self._slot: dict[int, int] = {}  # id(NodeInfo) -> its position in the arrays
+        self._infos: list[NodeInfo] = []
+        self._rows = np.empty(4, np.int64)
+        self._counts = np.empty(4, np.int64)
+        self._token: object = None  # the node list _rows are valid for
+        self._cache: Optional[tuple[np.ndarray, np.ndarray]] = None
 
     def change(self, ni: NodeInfo, delta: int) -> None:
-        entry = self._on.get(id(ni))
-        if entry is None:
-            self._on[id(ni)] = [ni, delta]
-        else:
-            entry[1] += delta
-            if entry[1] == 0:
-                del self._on[id(ni)]
         self._cache = None
+        pos = self._slot.get(id(ni))
+        if pos is not None:
+            self._counts[pos] += delta
+            if self._counts[pos] == 0:
+                self._drop(pos)
+            return
+        pos = len(self._infos)
+        if pos == len(self._rows):
+            self._rows = np.resize(self._rows, 2 * pos)
+            self._counts = np.resize(self._counts, 2 * pos)
+        self._slot[id(ni)] = pos
+        self._infos.append(ni)
+        self._rows[pos] = ni.index  # the index of the node list being synced (see placement)
+        self._counts[pos] = delta
+
+    def _drop(self, pos: int) -> None:
+        """The last entry takes the dropped one's place."""
+        last = len(self._infos) - 1
+        gone = self._infos[pos]
+        if pos != last:
+            moved = self._infos[last]
+            self._infos[pos] = moved
+            self._slot[id(moved)] = pos
+            self._rows[pos] = self._rows[last]
+            self._counts[pos] = self._counts[last]
+        self._infos.pop()
+        del self._slot[id(gone)]
 
     def empty(self) -> bool:
-        return not self._on
+        return not self._infos
 
     def placement(self, token: object) -> tuple[np.ndarray, np.ndarray]:
-        """(node rows, pod counts); rows are valid for the node list `token`."""
+        """(node rows, pod counts); rows are valid for the node list `token`. The arrays are
+        the caller's to keep: later changes do not reach them."""
+        if self._token is not token:  # the node list was rebuilt: every row may have moved
+            self._rows[:len(self._infos)] = np.fromiter((ni.index for ni in self._infos), np.int64,
+                                                        len(self._infos))
+            self._token = token
+            self._cache = None
         c = self._cache
-        if c is None or c[0] is not token:
-            n = len(self._on)
-            rows = np.fromiter((e[0].index for e in self._on.values()), np.int64, n)
-            counts = np.fromiter((e[1] for e in self._on.values()), np.int64, n)
-            c = self._cache = (token, rows, counts)
-        return c[1], c[2]
+        if c is None:
+            n = len(self._infos)
+            c = self._cache = (self._rows[:n].copy(), self._counts[:n].copy())
+        return c
 
 
 def _stand_in(key: LabelKey) -> Pod:
@@ -90,23 +121,27 @@ def _term_keys(ni: NodeInfo) -> tuple[Counter, ...]:
 
 
 class _Part:
-    """Groups built from a list of NodeInfos, kept in step with it by NodeInfo generation."""
+    """Groups built from a list of NodeInfos, kept in step with it: the nodes whose pods
+    changed (the snapshot's change feed) are re-read, or all of them for a new list."""
 
     def __init__(self, keys_of: Callable[[NodeInfo], tuple[Counter, ...]],
                  targets: tuple[tuple[dict, Callable[[object], object]], ...]) -> None:
         self._keys_of = keys_of
         self._targets = targets  # one (groups by key, sample maker) per Counter of keys_of
         self._source: object = None
-        self._gens: list[int] = []
         self._tracked: dict[int, tuple[NodeInfo, int, tuple[Counter, ...]]] = {}
+        self.changed_rows: set[int] = set()  # rows of _source whose pods changed since the last sync
 
-    def sync(self, source: list[NodeInfo], gens: list[int]) -> None:
-        """Catch up with `source`, whose NodeInfo generations are `gens`."""
+    def sync(self, source: list[NodeInfo]) -> None:
+        """Catch up with `source`."""
         if source is self._source:
-            if gens != self._gens:
-                for i, (g, old) in enumerate(zip(gens, self._gens)):
-                    if g != old:
-                        self._reread(source[i])
+            n = len(source)
+            for i in self.changed_rows:
+                if 0 <= i < n:
+                    ni = source[i]
+                    t = self._tracked.get(id(ni))
+                    if t is None or t[1] != ni.generation:
+                        self._reread(ni)
         else:
             present = set()
             for ni in source:
@@ -118,7 +153,7 @@ class _Part:
                 t = self._tracked.pop(k)
                 self._apply(t[0], t[2], -1)
             self._source = source
-        self._gens = gens
+        self.changed_rows = set()
 
     def _reread(self, ni: NodeInfo) -> None:
         old = self._tracked.get(id(ni))
@@ -149,22 +184,27 @@ class PodIndex:
         self.by_affinity_terms: dict[AffinityKey, Group] = {}
         self._labels = _Part(_label_keys, ((self.by_labels, _stand_in),))
         self._terms = _Part(_term_keys, ((self.by_anti_terms, _same), (self.by_affinity_terms, _same)))
+        self._changes: Optional[SnapshotChanges] = None
         self._synced_at = -1  # snapshot.generation at the last sync
         self._labels_at = -1  # ... at the last sync that included the label groups
 
     def sync(self, snapshot: Snapshot, labels: bool) -> None:
         """Term groups always (cheap: only pods with affinity are read); label groups, which
-        cover every pod, only when asked for."""
-        # Nothing changed since the last sync: skip the per-node generation scan.
+        cover every pod, only when asked for. Called under the lock its snapshot's writers take."""
+        # Nothing changed since the last sync: skip even the change feed.
         gen = snapshot.generation
         if self._synced_at == gen and (not labels or self._labels_at == gen):
             return
+        if self._changes is None:
+            self._changes = snapshot.watch_changes()  # for the snapshot's lifetime, as this index
+        changed, self._changes.rows = self._changes.rows, set()
+        self._terms.changed_rows |= changed
+        self._labels.changed_rows |= changed
         lst = snapshot.node_info_list
-        gens = [ni.generation for ni in lst]
         self.token = lst
-        self._terms.sync(lst, gens)
+        self._terms.sync(lst)
         if labels:
-            self._labels.sync(lst, gens)
+            self._labels.sync(lst)
             self._labels_at = snapshot.generation
         self._synced_at = snapshot.generation
 

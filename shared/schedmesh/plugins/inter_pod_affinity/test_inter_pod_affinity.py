@@ -1070,3 +1070,31 @@ def test_plain_pods_cost_nothing():
     assert run_score(plain, snap) == {"n1": 0}
     idx = _INDEXES[snap]
     assert idx.by_labels == {} and len(idx.by_anti_terms) == 1 and len(idx.by_affinity_terms) == 1
+
+
+def test_group_placement_follows_changes_in_place():
+    """Rows and counts after any sequence of changes are those of the surviving nodes; arrays
+    handed out earlier do not change; a rebuilt node list re-reads every row."""
+    from schedmesh.plugins.inter_pod_affinity.pod_index import Group
+    snap = cluster([node(f"n{i}", zone="z1") for i in range(6)])
+    infos = snap.node_info_list
+    rng = random.Random(7)
+    g, want = Group(None), {}
+    for _ in range(300):
+        ni = rng.choice(infos)
+        delta = -want[ni.name] if ni.name in want and rng.random() < 0.3 else rng.randint(1, 3)
+        before = g.placement(infos)
+        frozen = (before[0].copy(), before[1].copy())
+        g.change(ni, delta)
+        want[ni.name] = want.get(ni.name, 0) + delta
+        if want[ni.name] == 0:
+            del want[ni.name]
+        rows, counts = g.placement(infos)
+        assert {infos[r].name: int(c) for r, c in zip(rows, counts)} == want
+        assert len(rows) == len(want) and g.empty() == (not want)
+        assert (before[0] == frozen[0]).all() and (before[1] == frozen[1]).all()
+    snap.add_node(the_node(node("a0", zone="z0")))  # a new zone first: every node moves
+    rebuilt = snap.node_info_list
+    assert rebuilt is not infos
+    rows, counts = g.placement(rebuilt)
+    assert {rebuilt[r].name: int(c) for r, c in zip(rows, counts)} == want
