@@ -149,6 +149,10 @@ class Columns:
         return np.fromiter((get(n, -1) for n in names), np.int64, len(names))
 
 
+def _affinity_membership(ni: NodeInfo) -> tuple[bool, bool]:
+    return bool(ni.pods_with_affinity), bool(ni.pods_with_required_anti_affinity)
+
+
 class SnapshotChanges:
     """What changed in a snapshot since `Snapshot.watch_changes()`: the rows whose pods changed,
     and whether anything changed that reaches beyond those nodes (the node set, pods with
@@ -284,14 +288,17 @@ class Snapshot:
         self._affinity_lists = None
         self._image_states = None
 
-    def _pods_changed(self, ni: NodeInfo, affinity_changed: bool) -> None:
+    def _pods_changed(self, ni: NodeInfo, affinity_changed: bool, had: tuple[bool, bool]) -> None:
+        """`had`: whether the node had pods with affinity, with required anti-affinity, before."""
         self.generation += 1
         for w in self._watchers:
             w.rows.add(ni.index)
             w.beyond_rows = w.beyond_rows or affinity_changed
         if self._cols is not None and ni.index >= 0:
             self._cols.set_pod_totals(ni.index, ni)
-        if affinity_changed:
+        if affinity_changed and had != _affinity_membership(ni):
+            # The lists hold the nodes themselves: only a node joining or leaving one changes it
+            # (rebuilding them on every affinity pod was an eighth of an affinity workload's cycle).
             self._affinity_lists = None
 
     def add_node(self, node: Node) -> NodeInfo:
@@ -331,10 +338,11 @@ class Snapshot:
         return ni
 
     def _add_pod_to(self, ni: NodeInfo, pod: Pod) -> PodInfo:
+        had = _affinity_membership(ni)
         pi = ni.add_pod(pod)
         self._pod_node[pod.meta.uid] = ni.name
         # Only pods with (anti-)affinity can change which nodes have such pods.
-        self._pods_changed(ni, pod_with_affinity(pod))
+        self._pods_changed(ni, pod_with_affinity(pod), had)
         return pi
 
     def add_pod(self, pod: Pod, node_name: str = "") -> Optional[PodInfo]:
@@ -358,6 +366,7 @@ class Snapshot:
                         return None
             return None
         ni = self.node_info_map[node_name]
+        had = _affinity_membership(ni)
         pi = ni.remove_pod(pod)
-        self._pods_changed(ni, pod_with_affinity(pod))
+        self._pods_changed(ni, pod_with_affinity(pod), had)
         return pi

@@ -1098,3 +1098,25 @@ def test_group_placement_follows_changes_in_place():
     assert rebuilt is not infos
     rows, counts = g.placement(rebuilt)
     assert {rebuilt[r].name: int(c) for r, c in zip(rows, counts)} == want
+
+
+def test_snapshot_lists_of_nodes_with_affinity_pods_follow_membership():
+    """The lists change only when a node gains its first or loses its last such pod."""
+    snap = cluster([node("n1", zone="z1"), node("n2", zone="z2")])
+    anti = [term("zone", In("app", "w"))]
+    a1 = the_pod(pod(name="a1", labels={"app": "w"}, node="n1", anti=anti))
+    a2 = the_pod(pod(name="a2", labels={"app": "w"}, node="n1", anti=anti))
+    plain = the_pod(pod(name="plain", node="n2"))
+    assert snap.have_pods_with_affinity() == [] and snap.have_pods_with_required_anti_affinity() == []
+    snap.add_pod(a1)
+    first = snap.have_pods_with_required_anti_affinity()
+    assert [ni.name for ni in first] == ["n1"] == [ni.name for ni in snap.have_pods_with_affinity()]
+    snap.add_pod(a2)
+    snap.add_pod(plain)
+    assert snap.have_pods_with_required_anti_affinity() is first  # n1 was already listed
+    snap.remove_pod(a1)
+    assert [ni.name for ni in snap.have_pods_with_required_anti_affinity()] == ["n1"]
+    snap.remove_pod(a2)
+    assert snap.have_pods_with_required_anti_affinity() == [] and snap.have_pods_with_affinity() == []
+    snap.add_pod(a1, "n2")
+    assert [ni.name for ni in snap.have_pods_with_affinity()] == ["n2"]
