@@ -6,22 +6,20 @@ Python costs tens of milliseconds per incoming pod, so this index keeps, per sna
 (namespace, key, value) -> {node row: [pod labels]} and answers a selector by walking only its
 most selective posting (then checking the whole selector on those pods).
 
-The index follows the snapshot incrementally: a NodeInfo's `generation` moves whenever its pods
-(or its node) change, so only rows whose generation moved are re-indexed; a new node list (nodes
-added or removed) rebuilds it. Candidate for a shared place: InterPodAffinity counts pods by
+The index follows the snapshot incrementally: only the rows the snapshot's change feed names
+(nodes whose pods changed) are re-indexed; a new node list (nodes added, removed or changed)
+rebuilds it. Candidate for a shared place: InterPodAffinity counts pods by
 selector the same way.
 """
 from __future__ import annotations
 
 import weakref
-from operator import attrgetter
 from typing import Mapping, Optional
 
 import numpy as np
 
 from schedmesh.api.labels import EXISTS, IN, LabelSelector
-
-_generation = attrgetter("generation")
+from schedmesh.cache.snapshot import SnapshotChanges
 
 Posting = dict[int, list[Mapping[str, str]]]  # node row -> labels of its pods in the posting
 
@@ -29,11 +27,11 @@ Posting = dict[int, list[Mapping[str, str]]]  # node row -> labels of its pods i
 class PodLabelIndex:
     """Non-terminating pods of one snapshot, indexed by namespace and label."""
 
-    __slots__ = ("_infos", "_gens", "_rows", "_by_label", "_by_key", "_by_ns", "_snapshot_gen")
+    __slots__ = ("_infos", "_changes", "_rows", "_by_label", "_by_key", "_by_ns", "_snapshot_gen")
 
     def __init__(self) -> None:
         self._infos: Optional[list] = None
-        self._gens = np.zeros(0, np.int64)
+        self._changes: Optional[SnapshotChanges] = None
         self._rows: list[list[tuple[str, Mapping[str, str]]]] = []
         self._by_label: dict[tuple[str, str, str], Posting] = {}
         self._by_key: dict[tuple[str, str], Posting] = {}
@@ -42,20 +40,22 @@ class PodLabelIndex:
 
     # ---- keeping up with the snapshot ---------------------------------------------------------
     def refresh(self, snapshot) -> "PodLabelIndex":
+        """Catch up with `snapshot`; called under the lock its writers take."""
         if snapshot.generation == self._snapshot_gen and snapshot.node_info_list is self._infos:
             return self  # nothing changed since the last refresh
         self._snapshot_gen = snapshot.generation
+        if self._changes is None:
+            self._changes = snapshot.watch_changes()  # for the snapshot's lifetime, as this index
+        changed_rows, self._changes.rows = self._changes.rows, set()
         infos = snapshot.node_info_list
         n = len(infos)
-        gens = np.fromiter(map(_generation, infos), np.int64, n)
         if infos is not self._infos:
             self._infos = infos
             self._rows = [[] for _ in range(n)]
             self._by_label, self._by_key, self._by_ns = {}, {}, {}
             changed = range(n)
         else:
-            changed = np.flatnonzero(gens != self._gens).tolist()
-        self._gens = gens
+            changed = [row for row in changed_rows if 0 <= row < n]
         for row in changed:
             self._reindex_row(row, infos[row])
         return self
@@ -87,13 +87,18 @@ class PodLabelIndex:
         if selector is None or selector.is_empty():
             return np.zeros(n, np.int64)
         postings, exact = self._candidates(namespace, selector)
+        if exact:  # every pod of the postings matches: counts are the postings' sizes
+            out = np.zeros(n, np.int64)
+            for posting in postings:  # a row appears once per posting
+                m = len(posting)
+                if m:
+                    out[np.fromiter(posting.keys(), np.int64, m)] += np.fromiter(map(len, posting.values()),
+                                                                                 np.int64, m)
+            return out
         rows: list[int] = []
         for posting in postings:
             for row, pods in posting.items():
-                if exact:
-                    rows.extend([row] * len(pods))
-                else:
-                    rows.extend(row for labels in pods if selector.matches(labels))
+                rows.extend(row for labels in pods if selector.matches(labels))
         if not rows:
             return np.zeros(n, np.int64)
         return np.bincount(np.asarray(rows, np.int64), minlength=n).astype(np.int64)
