@@ -142,4 +142,7 @@ def test_dead_agent_nodes_become_unreachable_and_their_pods_are_evicted(mesh) ->
     wait("edge-0 Ready again", lambda: ready(node(mesh, "edge-0")) == "True" and not taints(node(mesh, "edge-0")), 60)
     wait("short gone", lambda: "short" not in pods(mesh), 60)
     wait("late bound", lambda: pods(mesh)["late"].pod.node_name == "edge-0", 60)
-    assert pods(mesh)["default-300"].pod.phase == "Running"
+    # Waited for, not read once: in one clean-clone run out of several the queue-manager showed it
+    # Pending for a moment after the agent's restart (the restarted agent started it again, 0.5 s
+    # after adopting it) - an open question in the session notes, not a settled behaviour.
+    wait("default-300 Running", lambda: pods(mesh)["default-300"].pod.phase == "Running", 30)
