@@ -164,6 +164,12 @@ class SnapshotChanges:
         self.rows: set[int] = set()
         self.beyond_rows = False
 
+    def take_rows(self) -> set[int]:
+        """The rows changed since the last take (for an index following the snapshot under the
+        lock its writers take)."""
+        rows, self.rows = self.rows, set()
+        return rows
+
 
 class Snapshot:
     """Nodes, the pods on them, namespaces' labels, and columns for bulk evaluation."""

@@ -197,7 +197,7 @@ class PodIndex:
             return
         if self._changes is None:
             self._changes = snapshot.watch_changes()  # for the snapshot's lifetime, as this index
-        changed, self._changes.rows = self._changes.rows, set()
+        changed = self._changes.take_rows()
         self._terms.changed_rows |= changed
         self._labels.changed_rows |= changed
         lst = snapshot.node_info_list

@@ -46,7 +46,7 @@ class PodLabelIndex:
         self._snapshot_gen = snapshot.generation
         if self._changes is None:
             self._changes = snapshot.watch_changes()  # for the snapshot's lifetime, as this index
-        changed_rows, self._changes.rows = self._changes.rows, set()
+        changed_rows = self._changes.take_rows()
         infos = snapshot.node_info_list
         n = len(infos)
         if infos is not self._infos:
