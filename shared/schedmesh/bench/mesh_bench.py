@@ -99,8 +99,9 @@ class _BindWatcher:
         from schedmesh.bus.topics import EVENTS as TOPIC_EVENTS, PODS as TOPIC_PODS
         from schedmesh.mesh.records import expand
         from schedmesh.v1 import events_pb2
+        # idle_poll_ms=0: a dozing watcher would add its own poll to the latencies it measures
         consumer = EventConsumer(self.bootstrap, [TOPIC_PODS, TOPIC_EVENTS], from_beginning=False,
-                                 client_id=f"bench-{self.prefix}")
+                                 client_id=f"bench-{self.prefix}", idle_poll_ms=0)
         await consumer.start()
         self.ready.set()
         try:

@@ -10,7 +10,7 @@
 Values are bytes: protobuf encoding/decoding is the caller's job.
 """
 
-from schedmesh.bus.consumer import EventConsumer, watcher_fetch_max_wait_ms
+from schedmesh.bus.consumer import EventConsumer, watcher_fetch_max_wait_ms, watcher_options
 from schedmesh.bus.producer import EventProducer
 from schedmesh.bus.records import Record, Sent
 from schedmesh.bus.topics import (
@@ -31,6 +31,7 @@ from schedmesh.bus.watch import BrokerState, BrokerWatch, BusError, RestartCallb
 
 __all__ = [
     "watcher_fetch_max_wait_ms",
+    "watcher_options",
     "ALL_TOPICS",
     "EVENTS",
     "LEASES",

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, Self
@@ -17,12 +20,14 @@ from schedmesh.bus.records import Record
 from schedmesh.security.credentials import kafka_client_options
 from schedmesh.bus.topics import TopicSpec, spec_for
 from schedmesh.bus.watch import (
+    IDLE_AFTER_SECONDS,
     BrokerState,
     BrokerWatch,
     BusError,
     RestartCallback,
     call_restart_callback,
     cancel_and_wait,
+    idle_probe_interval,
     raise_if_cancelling,
 )
 from schedmesh.telemetry.propagation import extract_kafka_headers
@@ -51,17 +56,64 @@ def watcher_fetch_max_wait_ms() -> int:
     return max(fetch_max_wait_ms(), int(os.environ.get("SCHEDMESH_WATCHER_FETCH_MAX_WAIT_MS", "50")))
 
 
-#: Seconds without records after which a consumer's fetches may wait longer (see idle_fetch_max_wait_ms).
-IDLE_AFTER_SECONDS = 2.0
-
-
 def idle_fetch_max_wait_ms(busy_ms: int) -> int:
-    """The fetch wait of a consumer that has had no records for IDLE_AFTER_SECONDS: an idle
-    local mesh otherwise keeps Tansu busy answering ~100 empty fetches a second per consumer
-    (most of a core for a whole mesh). The first record after a quiet spell then waits up to
-    this long per hop; the next fetches are quick again. SCHEDMESH_IDLE_FETCH_MAX_WAIT_MS tunes it
+    """The fetch wait of a consumer that does not doze (idle_poll_ms 0) once it has had no
+    records for IDLE_AFTER_SECONDS. The first record after a quiet spell then waits up to this
+    long per hop; the next fetches are quick again. SCHEDMESH_IDLE_FETCH_MAX_WAIT_MS tunes it
     (never below the busy value)."""
     return max(busy_ms, int(os.environ.get("SCHEDMESH_IDLE_FETCH_MAX_WAIT_MS", "100")))
+
+
+def idle_poll_ms() -> int:
+    """How often a dozing consumer asks the broker whether its partitions grew. A consumer
+    with no records for IDLE_AFTER_SECONDS stops fetching (Tansu spends 1-3 ms of CPU on each
+    fetch it holds, and answering the idle 5,000-node mesh's empty fetches took it 10 % of a
+    core) and instead asks for its partitions' end offsets this often (one ListOffsets
+    request, under 0.5 ms in Tansu). It fetches again at once when this process publishes to
+    one of its topics or waits for offsets it has not read (EventConsumer.wake), else when the
+    end offsets grow: a record from another process reaches a dozing consumer up to this much
+    later.
+    SCHEDMESH_IDLE_POLL_MS tunes it; 0 turns dozing off (idle consumers then fetch with
+    idle_fetch_max_wait_ms waits, which suits Apache Kafka: it answers a waiting fetch as soon
+    as a record arrives)."""
+    return max(0, int(os.environ.get("SCHEDMESH_IDLE_POLL_MS", "1000")))
+
+
+_default_idle_poll_ms = idle_poll_ms  # (EventConsumer's parameter of that name hides it)
+
+
+def watcher_options() -> dict[str, Any]:
+    """EventConsumer options of a consumer off the scheduling path (the kubelet agent, the
+    controllers, the preemption service, the queue-manager's Events): longer fetch waits
+    (watcher_fetch_max_wait_ms)."""
+    return {"fetch_max_wait_ms": watcher_fetch_max_wait_ms()}
+
+
+#: aiokafka's fetch loop wakes up at least this often (its consumer_timeout_ms, 0.2 s) though a
+#: paused partition's resume, a seek and a new assignment each wake it: while dozing, a safety net.
+_DOZING_FETCHER_TIMEOUT = 5.0
+
+
+def _set_fetcher_timeout(consumer: AIOKafkaConsumer, seconds: float) -> None:
+    """aiokafka's fetch loop reads this timeout on every turn."""
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is not None and hasattr(fetcher, "_fetcher_timeout"):
+        fetcher._fetcher_timeout = seconds
+
+
+#: The started consumers of this process, woken when it publishes to one of their topics
+#: (the lock: a process may run consumers on several event loops, e.g. the bench's watcher).
+_LIVE: weakref.WeakSet[EventConsumer] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+
+
+def wake_readers(topic: str) -> None:
+    """Wake this process's consumers of ``topic``: a record it just published is coming back
+    to them (EventProducer.send calls this)."""
+    with _LIVE_LOCK:
+        readers = [c for c in _LIVE if topic in c.topics]
+    for consumer in readers:
+        consumer.wake()
 
 
 class EventConsumer:
@@ -88,6 +140,12 @@ class EventConsumer:
     probe noticed (those are delivered again afterwards: expect duplicates, but nothing
     stored on the new broker is skipped). ``Record.epoch`` tells which broker lifetime a
     record came from. ``probe_interval=None`` disables all of this.
+
+    Dozing (manual assignment only): after ``idle_after`` seconds (default IDLE_AFTER_SECONDS)
+    without records and without a :meth:`wake`, the consumer pauses its partitions and asks
+    for their end offsets every ``idle_poll_ms`` (default :func:`idle_poll_ms`; 0: never doze)
+    instead of fetching; new end offsets or :meth:`wake` make it fetch again. While dozing it
+    probes the broker every :func:`idle_probe_interval` seconds.
     """
 
     def __init__(
@@ -102,6 +160,8 @@ class EventConsumer:
         on_restart: RestartCallback | None = None,
         probe_interval: float | None = 0.5,
         poll_interval: float = 0.2,
+        idle_poll_ms: int | None = None,
+        idle_after: float = IDLE_AFTER_SECONDS,
         **consumer_options: Any,
     ) -> None:
         self._bootstrap = bootstrap_servers
@@ -124,6 +184,16 @@ class EventConsumer:
         self._busy_wait_ms = int(self._options["fetch_max_wait_ms"])
         self._idle_wait_ms = idle_fetch_max_wait_ms(self._busy_wait_ms)
         self._last_records = time.monotonic()
+        # a consumer group must keep polling (max_poll_interval_ms): it never dozes
+        poll_ms = _default_idle_poll_ms() if idle_poll_ms is None else idle_poll_ms
+        self._idle_poll = poll_ms / 1000 if group_id is None else 0.0
+        self._idle_after = idle_after
+        self._dozing = False
+        self._awake_until = 0.0
+        self._next_poll = 0.0
+        self._nap: asyncio.Future[None] | None = None  # what a dozing reader awaits; resolved to wake it
+        self._probe_soon = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._watch = BrokerWatch(bootstrap_servers, client_id=f"{client_id}-watch")
         self._consumer: AIOKafkaConsumer | None = None
         self._monitor: asyncio.Task[None] | None = None
@@ -153,18 +223,29 @@ class EventConsumer:
     def assignment(self) -> frozenset[TopicPartition]:
         return frozenset(self._consumer.assignment()) if self._consumer is not None else frozenset()
 
+    @property
+    def dozing(self) -> bool:
+        """Whether it has paused fetching until its partitions grow or it is woken."""
+        return self._dozing
+
     async def start(self, timeout: float = 30.0) -> Self:
         self._open_timeout = timeout
         self._stopped = False
+        self._loop = asyncio.get_running_loop()
         await self._watch.wait_until_up(timeout)
         await self._watch.ensure_topics(self._specs)
         await self._open(from_beginning=self._from_beginning)
         if self._probe_interval:
             self._monitor = asyncio.create_task(self._watch_broker(), name="schedmesh-consumer-watch")
+        with _LIVE_LOCK:
+            _LIVE.add(self)
         return self
 
     async def stop(self) -> None:
         self._stopped = True
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        self._end_nap()  # a reader dozing in getmany returns
         await cancel_and_wait(self._monitor)
         self._monitor = None
         consumer, self._consumer = self._consumer, None
@@ -204,16 +285,23 @@ class EventConsumer:
             await self._close(consumer)
             raise
         self._consumer = consumer
+        self._dozing = False
+        self._awake_until = time.monotonic() + IDLE_AFTER_SECONDS
 
     async def _manual_assignment(self) -> list[TopicPartition]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._open_timeout
         assignment: list[TopicPartition] = []
-        for topic in self._topics:
+        for spec in self._specs:
+            topic = spec.name
             while not (ids := await self._watch.partitions(topic)):
                 if loop.time() > deadline:
                     raise BusError(f"topic {topic} has no partitions in the metadata")
                 await asyncio.sleep(0.05)
+            if spec.single_partition:
+                # every record of it is in partition 0 (EventProducer.send); the others, which
+                # exist only to match Tansu's auto-creation (topics.DEFAULT_PARTITIONS), stay empty
+                ids = [p for p in ids if p == 0]
             assignment += [
                 TopicPartition(topic, p)
                 for p in ids
@@ -288,6 +376,7 @@ class EventConsumer:
         deadline = loop.time() + timeout
         out: list[Record] = []
         epoch = self._restart_count
+        self.wake()
         while True:
             await self._handle_restart_if_pending()
             if epoch != self._restart_count:  # records of the lost broker are void
@@ -313,6 +402,7 @@ class EventConsumer:
                     return out
                 if loop.time() > deadline:
                     raise BusError(f"catch_up timed out; still behind on {behind}")
+                self.wake()  # behind: no dozing off before the end
                 out += await self.getmany(self._poll_interval)
 
     @staticmethod
@@ -337,9 +427,15 @@ class EventConsumer:
     async def _fetch(self, timeout: float, max_records: int | None) -> list[Record]:
         await self._handle_restart_if_pending()
         consumer = self._consumer
-        if consumer is None or self._down:
+        if consumer is None or self._down or self._restart_pending or self._stopped:  # (pending: recovery failed)
             await asyncio.sleep(min(timeout, self._poll_interval))
             return []
+        if self._dozing and not await self._doze(consumer, timeout):
+            return []
+        if self._idle_poll:
+            # about to doze off: one more fetch, not the caller's whole timeout of fetches
+            last_call = max(0.0, self._awake_until - time.monotonic()) + 2 * self._busy_wait_ms / 1000
+            timeout = min(timeout, last_call)
         try:
             batches = await consumer.getmany(timeout_ms=int(timeout * 1000), max_records=max_records)
         except ConsumerStoppedError:  # stop() was called while we were waiting
@@ -350,15 +446,97 @@ class EventConsumer:
             return []
         epoch = self._restart_count
         out = [self._to_record(m, epoch) for msgs in batches.values() for m in msgs]
-        self._adapt_fetch_wait(consumer, bool(out))
+        self._pace(consumer, bool(out))
         return out
 
-    def _adapt_fetch_wait(self, consumer: AIOKafkaConsumer, got_records: bool) -> None:
-        """Short fetch waits while records flow, longer ones once quiet (idle_fetch_max_wait_ms).
-        aiokafka reads its fetcher's wait for every fetch request it builds."""
+    # ------------------------------------------------------------------ dozing
+    def wake(self) -> None:
+        """Fetch now and for the next IDLE_AFTER_SECONDS: records are on their way (this
+        process published them, or someone waits for offsets this consumer has not read).
+        Thread-safe; cheap when awake."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self._wake_now()
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to wake
+            loop.call_soon_threadsafe(self._wake_now)
+
+    def _wake_now(self) -> None:
+        self._awake_until = max(self._awake_until, time.monotonic() + IDLE_AFTER_SECONDS)
+        self._resume()
+
+    def _resume(self) -> None:
+        if self._dozing:
+            self._dozing = False
+            consumer = self._consumer
+            if consumer is not None:
+                consumer.resume(*consumer.assignment())
+                _set_fetcher_timeout(consumer, self._options.get("consumer_timeout_ms", 200) / 1000)
+            self._probe_soon.set()  # a broker restart while dozing is noticed before the records are needed
+        self._end_nap()
+
+    def _end_nap(self) -> None:
+        if self._nap is not None and not self._nap.done():
+            self._nap.set_result(None)
+
+    def _pace(self, consumer: AIOKafkaConsumer, got_records: bool) -> None:
+        """After a fetch: records keep the consumer awake for ``idle_after`` seconds; then it
+        dozes (or, with dozing off, fetches with longer waits)."""
         now = time.monotonic()
         if got_records:
             self._last_records = now
+            self._awake_until = max(self._awake_until, now + self._idle_after)
+        if not self._idle_poll:
+            self._adapt_fetch_wait(consumer, now)
+        elif not got_records and now >= self._awake_until and consumer.assignment():
+            consumer.pause(*consumer.assignment())
+            _set_fetcher_timeout(consumer, _DOZING_FETCHER_TIMEOUT)
+            self._dozing = True
+            self._next_poll = now + self._idle_poll
+
+    async def _doze(self, consumer: AIOKafkaConsumer, timeout: float) -> bool:
+        """While dozing, wait until woken, the end offsets grow or ``timeout`` ends; True
+        once awake (then fetch)."""
+        deadline = time.monotonic() + timeout
+        while self._dozing and consumer is self._consumer and not (self._stopped or self._restart_pending):
+            now = time.monotonic()
+            if now >= self._next_poll:
+                self._next_poll = now + self._idle_poll
+                if await self._has_unread(consumer):
+                    self._resume()
+                continue
+            if now >= deadline:
+                return False
+            # a future and a timer: the cheapest wait asyncio has (wait_for on an Event makes a task)
+            loop = asyncio.get_running_loop()
+            self._nap = nap = loop.create_future()
+            timer = loop.call_later(min(self._next_poll, deadline) - now, self._end_nap)
+            try:
+                await nap
+            finally:
+                timer.cancel()
+                self._nap = None
+        return not self._dozing and consumer is self._consumer and not self._stopped
+
+    async def _has_unread(self, consumer: AIOKafkaConsumer) -> bool:
+        """Whether an assigned partition ends after the consumer's position (one ListOffsets)."""
+        try:
+            ends = await consumer.end_offsets(list(consumer.assignment()))
+            behind = await asyncio.wait_for(self._behind(consumer, ends), 1.0)
+        except _TRANSIENT as exc:  # the probe tells whether the broker went away
+            log.debug("end offsets while dozing: %r", exc)
+            return False
+        return behind is None or bool(behind)  # None: the assignment changed; look by fetching
+
+    def _adapt_fetch_wait(self, consumer: AIOKafkaConsumer, now: float) -> None:
+        """Short fetch waits while records flow, longer ones once quiet (idle_fetch_max_wait_ms).
+        aiokafka reads its fetcher's wait for every fetch request it builds."""
         wait = self._busy_wait_ms if now - self._last_records < IDLE_AFTER_SECONDS else self._idle_wait_ms
         fetcher = getattr(consumer, "_fetcher", None)
         if fetcher is not None and getattr(fetcher, "_fetch_max_wait_ms", wait) != wait:
@@ -388,6 +566,7 @@ class EventConsumer:
         await self._consumer.seek_to_beginning(*assignment)
         for tp in assignment:
             self._delivered.pop(tp, None)
+        self.wake()
 
     async def commit(self) -> None:
         """Commit the offsets of the records handed out so far (group mode only)."""
@@ -426,7 +605,10 @@ class EventConsumer:
         assert self._probe_interval
         while True:
             raise_if_cancelling()
-            await asyncio.sleep(self._probe_interval)
+            interval = max(self._probe_interval, idle_probe_interval()) if self._dozing else self._probe_interval
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._probe_soon.wait(), interval)
+            self._probe_soon.clear()
             recoveries_before = self._recoveries
             state = await self._watch.probe(self._topics)
             self._down = state is BrokerState.DOWN
@@ -436,3 +618,5 @@ class EventConsumer:
                 # (if the reader began a recovery meanwhile, it re-creates the topics
                 # after this probe listed them: the answer is stale)
                 self._restart_pending = True
+            if self._restart_pending:
+                self._end_nap()  # a dozing reader recovers now

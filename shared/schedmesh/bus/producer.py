@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -15,16 +16,19 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError, UnknownError
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, TracerProvider
 
+from schedmesh.bus.consumer import wake_readers
 from schedmesh.bus.records import Sent
 from schedmesh.security.credentials import kafka_client_options
 from schedmesh.bus.topics import ALL_TOPICS, TopicSpec, spec_for
 from schedmesh.bus.watch import (
+    IDLE_AFTER_SECONDS,
     BrokerState,
     BrokerWatch,
     BusError,
     RestartCallback,
     call_restart_callback,
     cancel_and_wait,
+    idle_probe_interval,
     raise_if_cancelling,
 )
 from schedmesh.telemetry.propagation import inject_kafka_headers
@@ -64,7 +68,9 @@ class EventProducer:
     * A background probe (every ``probe_interval`` seconds) notices broker restarts:
       sends wait while the broker is down; after a restart of a memory-only broker the
       topics are created again, ``restart_count`` grows and ``on_restart`` is called
-      (re-publish what you own there).
+      (re-publish what you own there). A producer that has sent nothing for
+      IDLE_AFTER_SECONDS probes every :func:`idle_probe_interval` seconds instead, and at
+      once when it sends again.
     * Sends acknowledged since the last probe that confirmed the broker's identity are
       kept (at most ``max_unconfirmed``) and sent again after a restart: a record sent
       in the moment between the broker coming back and the probe noticing would
@@ -76,6 +82,8 @@ class EventProducer:
       sent again, and ``resend_window(False)`` once the re-sent records are acknowledged:
       an owner may hold back what other processes would publish after them (the
       queue-manager's bindings, which must land after the pods they bind).
+    * After each send, this process's consumers of the topic wake up (bus.consumer.wake_readers):
+      the record is coming back to them.
 
     Options in ``producer_options`` go to :class:`aiokafka.AIOKafkaProducer`. Do not
     enable idempotence or transactions against Tansu (unsupported there).
@@ -118,6 +126,7 @@ class EventProducer:
         self._resend = resend
         self._resend_window = resend_window
         self._inflight = 0
+        self._last_send = float("-inf")
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -186,8 +195,12 @@ class EventProducer:
         if producer is None:
             raise BusError("EventProducer not started")
         key_bytes = key.encode("utf-8") if isinstance(key, str) else key
-        if partition is None and spec_for(topic).single_partition:
+        if partition is None and (self._specs.get(topic) or spec_for(topic)).single_partition:
             partition = 0
+        now = time.monotonic()
+        if now - self._last_send >= IDLE_AFTER_SECONDS:
+            self._wake.set()  # idle until now: probe at once (the broker may have restarted meanwhile)
+        self._last_send = now
         with self._publish_span(topic, key_bytes) as span:
             carrier = tuple(inject_kafka_headers(headers))
             pending = _Unconfirmed(0, topic, value, key_bytes, carrier, partition, timestamp_ms)
@@ -198,6 +211,7 @@ class EventProducer:
         if self._probe_interval:  # without the probe nothing would ever confirm them
             self._seq += 1
             self._unconfirmed.append(replace(pending, seq=self._seq))
+        wake_readers(topic)
         return Sent(meta.topic, meta.partition, meta.offset, meta.timestamp)
 
     async def _send_with_retry(
@@ -275,8 +289,12 @@ class EventProducer:
         restart_pending = False
         while True:
             raise_if_cancelling()
+            interval = self._probe_interval
+            idle = time.monotonic() - self._last_send >= IDLE_AFTER_SECONDS
+            if idle and self._ready.is_set() and not restart_pending:
+                interval = max(interval, idle_probe_interval())
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._probe_interval)
+                await asyncio.wait_for(self._wake.wait(), interval)
             self._wake.clear()
             seq_before_probe = self._seq
             state = await self._watch.probe(tuple(self._specs))

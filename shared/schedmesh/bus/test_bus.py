@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer, TopicPartition
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -24,6 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from schedmesh.broker import EmbeddedBroker
 from schedmesh.bus import EventConsumer, EventProducer, Record, TopicSpec
+from schedmesh.bus import producer as producer_module
 from schedmesh.bus.topics import DEFAULT_PARTITIONS
 from schedmesh.bus.watch import BrokerWatch, cancel_and_wait
 
@@ -210,6 +212,120 @@ async def test_partition_subset(kafka: KafkaTarget, topic: TopicSpec) -> None:
         records = await consumer.catch_up(timeout=15)
     assert {r.partition for r in records} == {1}
     assert {r.offset for r in records} == expected
+
+
+async def test_a_single_partition_topic_is_read_from_partition_0_only(kafka: KafkaTarget) -> None:
+    """Its records are all in partition 0; the other three exist only to match Tansu's
+    auto-creation, and fetching them cost every fetch and every idle poll."""
+    topic = TopicSpec(f"test.{uuid.uuid4().hex[:10]}", single_partition=True)
+    async with EventProducer(kafka.bootstrap_servers, topics=[topic]) as producer:
+        sent = [await producer.send(topic.name, str(i).encode(), key=str(i)) for i in range(8)]
+        async with EventConsumer(kafka.bootstrap_servers, [topic]) as consumer:
+            assert consumer.assignment() == {TopicPartition(topic.name, 0)}
+            records = await consumer.catch_up(timeout=15)
+    assert {s.partition for s in sent} == {0}
+    assert [r.value for r in records] == [str(i).encode() for i in range(8)]
+
+
+async def _send_from_elsewhere(bootstrap: str, topic: str, value: bytes) -> None:
+    """A send this process's consumers are not told about (as another process's would be)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, value, key=b"k")
+    finally:
+        await producer.stop()
+
+
+async def _until_dozing(consumer: EventConsumer, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not consumer.dozing:
+        assert time.monotonic() < deadline, "the idle consumer did not doze"
+        await consumer.getmany(timeout=0.1)
+
+
+async def test_an_idle_consumer_dozes_and_wakes_for_new_records(kafka: KafkaTarget, topic: TopicSpec) -> None:
+    """No records for idle_after seconds: it pauses its fetches (an idle mesh's consumers kept
+    Tansu busy answering empty fetches) and looks at the end offsets every idle_poll_ms; a
+    record from another process is read at the next look."""
+    async with EventConsumer(kafka.bootstrap_servers, [topic], idle_poll_ms=200, idle_after=0.2) as consumer:
+        await _until_dozing(consumer)
+        assert consumer._consumer is not None and consumer._consumer.paused() == consumer.assignment()
+        await _send_from_elsewhere(kafka.bootstrap_servers, topic.name, b"from-elsewhere")
+        records = await _collect(consumer, 1)
+        assert [r.value for r in records] == [b"from-elsewhere"]
+        assert not consumer._consumer.paused()
+        await _until_dozing(consumer)  # and dozes off again
+
+
+async def test_a_dozing_consumer_wakes_at_once_for_what_its_process_publishes(
+    kafka: KafkaTarget, topic: TopicSpec
+) -> None:
+    """A publish of this process, or wake() (ClusterCache.wait_for's), does not wait for the
+    next poll (here a minute away)."""
+    async with EventProducer(kafka.bootstrap_servers, topics=[topic]) as producer, EventConsumer(
+        kafka.bootstrap_servers, [topic], idle_poll_ms=60_000, idle_after=0.2
+    ) as consumer:
+        await _until_dozing(consumer)
+        await producer.send(topic.name, b"mine", key="k")
+        assert not consumer.dozing
+        assert [r.value for r in await _collect(consumer, 1, timeout=5)] == [b"mine"]
+        await _until_dozing(consumer)
+        consumer.wake()
+        assert not consumer.dozing
+        await _send_from_elsewhere(kafka.bootstrap_servers, topic.name, b"after-wake")
+        assert [r.value for r in await _collect(consumer, 1, timeout=5)] == [b"after-wake"]
+
+
+async def test_stop_ends_a_reader_dozing_in_getmany(kafka: KafkaTarget, topic: TopicSpec) -> None:
+    """(A follow loop once spun on the event loop from there, so stop() never finished.)"""
+    consumer = EventConsumer(kafka.bootstrap_servers, [topic], idle_poll_ms=60_000, idle_after=0.1)
+    await consumer.start()
+    await _until_dozing(consumer)
+    calls = 0
+
+    async def follow() -> None:
+        nonlocal calls
+        while True:
+            calls += 1
+            await consumer.getmany(timeout=30)
+
+    reader = asyncio.create_task(follow())
+    await asyncio.sleep(0.1)
+    await asyncio.wait_for(consumer.stop(), 10)
+    await asyncio.sleep(0.3)
+    assert calls < 10
+    await cancel_and_wait(reader)
+
+
+async def test_idle_clients_probe_the_broker_less_often_and_at_once_when_busy_again(
+    kafka: KafkaTarget, topic: TopicSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 0.5 s, the probes of an idle mesh's clients were a fifth of its CPU."""
+    monkeypatch.setenv("SCHEDMESH_IDLE_PROBE_SECONDS", "60")
+    monkeypatch.setattr(producer_module, "IDLE_AFTER_SECONDS", 0.3)
+    async with EventProducer(kafka.bootstrap_servers, topics=[topic], probe_interval=0.1) as producer, EventConsumer(
+        kafka.bootstrap_servers, [topic], probe_interval=0.1, idle_poll_ms=60_000, idle_after=0.2
+    ) as consumer:
+        probes: list[str] = []
+        for who, client in (("producer", producer), ("consumer", consumer)):
+            original = client._watch.probe
+
+            async def counted(*args: Any, _who: str = who, _probe: Any = original) -> Any:
+                probes.append(_who)
+                return await _probe(*args)
+
+            monkeypatch.setattr(client._watch, "probe", counted)
+        await producer.send(topic.name, b"one", key="k")
+        await _collect(consumer, 1)
+        await _until_dozing(consumer)
+        await asyncio.sleep(0.8)  # both idle now
+        probes.clear()
+        await asyncio.sleep(1.0)
+        assert probes == [], "idle: no probe for a minute"
+        await producer.send(topic.name, b"two", key="k")  # busy again: the producer, and the consumer it wakes
+        await asyncio.sleep(0.3)
+        assert {"producer", "consumer"} <= set(probes)
 
 
 async def test_trace_context_travels_in_headers(

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import heapq
 import logging
@@ -56,7 +57,7 @@ from opentelemetry.context import Context
 from schedmesh.api import convert
 from schedmesh.api.quantity import QuantityError, parse_quantity
 from schedmesh.api.types import Node, ObjectMeta, Pod, PodCondition
-from schedmesh.bus import EventConsumer, EventProducer, Record, watcher_fetch_max_wait_ms
+from schedmesh.bus import EventConsumer, EventProducer, Record, watcher_options
 from schedmesh.cache.node_info import NodeInfo
 from schedmesh.eviction import admission
 from schedmesh.eviction.node_pressure import (POD_CLEANUP_TIMEOUT, EvictionConfig, EvictionManager, NodeCapacity,
@@ -83,6 +84,7 @@ _SEND_BATCH = 256  # concurrent sends when publishing many records (registration
 
 SHUTDOWN_ANNOTATION = "schedmesh.io/simulated-shutdown-seconds"
 DEFAULT_EVICTION_INTERVAL = 10.0  # the kubelet's evictionMonitoringPeriod
+RECONCILE_AT_LEAST = 1.0  # seconds between reconcile passes when no timer is due (a safety net)
 INVALID_ANNOTATION = "InvalidAnnotation"  # reason of the Warning for a simulation annotation that does not parse
 
 
@@ -278,15 +280,21 @@ class NodePressureEvictor:
 
 class Timers:
     """When each pod's next transition is due: a heap of (time, uid); stale entries (the pod
-    moved on meanwhile) are dropped by the caller's check."""
+    moved on meanwhile) are dropped by the caller's check. `on_push` is called on every push."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_push: Callable[[], None] = lambda: None) -> None:
         self._heap: list[tuple[float, int, str]] = []
         self._seq = 0
+        self._on_push = on_push
 
     def push(self, when: float, uid: str) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (when, self._seq, uid))
+        self._on_push()
+
+    def next_due(self) -> Optional[float]:
+        """When the earliest entry is due (None: no entry)."""
+        return self._heap[0][0] if self._heap else None
 
     def pop_due(self, now: float) -> list[str]:
         out = []
@@ -321,14 +329,15 @@ class KubeletAgent:
         self._where: dict[str, SimNode] = {}  # pod uid -> its node (running, terminating or ended there)
         # uid -> pods not bound yet, as Pod protos (decoded once bound here) or Pods (seen here before)
         self._unbound: dict[str, object] = {}
-        self._timers = Timers()  # pod transitions
-        self._checks = Timers()  # evictor checks, by node name
+        self._timer_pushed = asyncio.Event()  # wakes reconcile_loop
+        self._timers = Timers(self._timer_pushed.set)  # pod transitions
+        self._checks = Timers(self._timer_pushed.set)  # evictor checks, by node name
         self._replaying = False
         self._restarts_handled = 0
         self._restart_lock = asyncio.Lock()
         self.producer = EventProducer(bootstrap, topics=AGENT_TOPICS, client_id=name, on_restart=self._bus_restarted)
         self.consumer = EventConsumer(bootstrap, [TOPIC_NODES, TOPIC_PODS], client_id=name,
-                                      on_restart=self._bus_restarted, fetch_max_wait_ms=watcher_fetch_max_wait_ms())
+                                      on_restart=self._bus_restarted, **watcher_options())
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self, timeout: float = 60.0) -> None:
@@ -370,12 +379,27 @@ class KubeletAgent:
             await asyncio.sleep(self.heartbeat)
 
     async def reconcile_loop(self) -> None:
+        """reconcile() at most every `tick` while timers are due; in between it sleeps until the
+        earliest is due or one is pushed (ten passes a second over nothing were a fifth of an idle
+        agent's wake-ups), and runs at least every RECONCILE_AT_LEAST seconds."""
         while True:
             await asyncio.sleep(self.tick)
+            await self._until_a_timer_is_due()
             try:
                 await self.reconcile()
             except Exception:  # noqa: BLE001
                 log.exception("reconcile failed")
+
+    async def _until_a_timer_is_due(self) -> None:
+        at_least = time.monotonic() + RECONCILE_AT_LEAST
+        while True:
+            dues = [t for t in (self._timers.next_due(), self._checks.next_due()) if t is not None]
+            wait = min(min(dues, default=float("inf")) - self.clock(), at_least - time.monotonic())
+            if wait <= 0:
+                return
+            self._timer_pushed.clear()  # a timer pushed meanwhile may be due sooner: look again
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._timer_pushed.wait(), wait)
 
     # ---- publishing ------------------------------------------------------------------------
     async def _send(self, rec: tuple[str, str, bytes]) -> None:

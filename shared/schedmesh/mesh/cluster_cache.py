@@ -54,6 +54,8 @@ class ClusterCache:
     offsets: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> next offset to read
     lock: threading.RLock = field(default_factory=threading.RLock)
     listeners: list[Listener] = field(default_factory=list)
+    # wake this cache's CacheFollower (from any thread): see expect_records
+    wakers: list[Callable[[], None]] = field(default_factory=list)
     _assumed: dict[str, dict[str, tuple[Pod, str]]] = field(default_factory=dict)  # client -> uid -> (pod, node)
     _expected: dict[str, Pod] = field(default_factory=dict)  # uid -> pod this process published
     _changed: threading.Condition = field(init=False)
@@ -177,7 +179,16 @@ class ClusterCache:
     def wait_for(self, offsets: dict[str, int], timeout: float = 5.0) -> bool:
         """Block until has_read(offsets)."""
         with self._changed:
+            if not self.has_read(offsets):
+                self.expect_records()
             return self._changed.wait_for(lambda: self.has_read(offsets), timeout)
+
+    def expect_records(self) -> None:
+        """Records are on their way (another process answered that it published them, or a
+        caller waits for offsets not read yet): a dozing follower fetches at once instead of at
+        its next poll (bus.consumer.idle_poll_ms)."""
+        for wake in self.wakers:
+            wake()
 
     def view_offsets(self) -> dict[str, int]:
         with self.lock:

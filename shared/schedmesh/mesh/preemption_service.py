@@ -30,7 +30,7 @@ from opentelemetry import trace
 
 from schedmesh.api import convert
 from schedmesh.api.types import Pod, PodCondition
-from schedmesh.bus import EventProducer, watcher_fetch_max_wait_ms
+from schedmesh.bus import EventProducer, watcher_options
 from schedmesh.framework.interface import Code, CycleState, NodeToStatus, Status
 from schedmesh.framework.runtime import Framework, build_frameworks
 from schedmesh.mesh import records
@@ -276,7 +276,7 @@ async def serve(port: int, bootstrap: str, name: str, config: Optional[str], tie
     preemption_pb2_grpc.add_PreemptionServicer_to_server(PreemptionServicer(evaluator, producer), proc.server)
     await proc.start()
     await producer.start()
-    follower = CacheFollower(bootstrap, cache, client_id=name, fetch_max_wait_ms=watcher_fetch_max_wait_ms())
+    follower = CacheFollower(bootstrap, cache, client_id=name, **watcher_options())
     await follower.start()
     proc.spawn(follower.follow(), "follow")
     await proc.set_serving(True)

@@ -164,15 +164,16 @@ class CacheFollower:
                  topics: Iterable[str] = STATE_TOPICS,
                  on_record: Optional[Callable[[Record], None]] = None,
                  on_restart: Optional[Callable[[], Awaitable]] = None,
-                 fetch_max_wait_ms: Optional[int] = None) -> None:
-        """`fetch_max_wait_ms`: the bus's default (the scheduling path's) unless given, e.g.
-        bus.watcher_fetch_max_wait_ms() for a cache off the scheduling path."""
+                 **consumer_options) -> None:
+        """`consumer_options`: EventConsumer's, e.g. bus.watcher_options() for a cache off the
+        scheduling path (the default is the scheduling path's pace)."""
         self.cache = cache
         self.on_record = on_record
         self._user_restart = on_restart
-        wait = {} if fetch_max_wait_ms is None else {"fetch_max_wait_ms": fetch_max_wait_ms}
         self.consumer = EventConsumer(bootstrap, list(topics), client_id=client_id, on_restart=self._restarted,
-                                      **wait)
+                                      **consumer_options)
+        # whoever waits for offsets this cache has not read (ClusterCache.wait_for) wakes a dozing consumer
+        cache.wakers.append(self.consumer.wake)
         self._lag = metrics.ConsumerLagSampler(client_id)
 
     async def _restarted(self) -> None:

@@ -44,3 +44,18 @@ def test_a_failed_pod_stays_listed_but_leaves_its_node():
     n_events = len(seen)
     _apply(cache, records.pod_record(cache.pods["uid-a"], deleted=True, source="agent"))
     assert "uid-a" not in cache.pods and len(seen) == n_events  # listeners already saw it go
+
+
+def test_waiting_for_offsets_not_read_wakes_the_followers():
+    """A dozing CacheFollower fetches at once for a waiter (a BindBatch refusing a binding, the
+    preemption service's and the shards' views) instead of at its next poll."""
+    cache = ClusterCache()
+    woken = []
+    cache.wakers.append(lambda: woken.append("woken"))
+    _apply(cache, records.node_record(Node(meta=ObjectMeta(name="n1"), allocatable={"cpu": 4, "pods": 10})))
+    (key, read), = cache.view_offsets().items()
+    assert cache.wait_for({key: read}, timeout=0) and woken == []  # read already: nobody to wake
+    assert not cache.wait_for({key: read + 1}, timeout=0.01)
+    assert woken == ["woken"]
+    cache.expect_records()  # another process answered that it published records
+    assert woken == ["woken", "woken"]

@@ -9,6 +9,7 @@ import asyncio
 import time
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from schedmesh.api.types import Namespace
 from schedmesh.broker.embedded import EmbeddedBroker
@@ -87,4 +88,36 @@ async def test_cache_follower_forgets_the_lost_brokers_offsets_on_a_broker_resta
         await fresh.stop()
         await follower.stop()
         await owner.stop()
+        await broker.astop()
+
+
+async def test_a_reader_waiting_for_offsets_wakes_the_dozing_follower() -> None:
+    """ClusterCache.wait_for wakes its follower (a BindBatch, the preemption service's and the
+    shards' views wait so for the caller's offsets): here it dozes with a poll a minute away."""
+    broker = EmbeddedBroker()
+    try:
+        await broker.astart()
+    except Exception as e:  # noqa: BLE001 - no Tansu binary in this installation
+        pytest.skip(f"embedded broker unavailable: {e}")
+    cache = ClusterCache()
+    follower = CacheFollower(broker.bootstrap_servers, cache, client_id="test-dozing", idle_poll_ms=60_000,
+                             idle_after=0.1)
+    follow = None
+    elsewhere = AIOKafkaProducer(bootstrap_servers=broker.bootstrap_servers)  # not this process's EventProducer
+    try:
+        await follower.start(30)
+        follow = asyncio.create_task(follower.follow())
+        await _eventually(lambda: follower.consumer.dozing, "the idle follower dozing")
+        await elsewhere.start()
+        topic, key, value = records.namespace_record(Namespace("team-b", {}))
+        sent = await elsewhere.send_and_wait(topic, value, key=key.encode())
+        started = time.monotonic()
+        assert await asyncio.to_thread(cache.wait_for, {f"{topic}/{sent.partition}": sent.offset + 1}, 20)
+        assert time.monotonic() - started < 10
+        with cache.lock:
+            assert "team-b" in cache.snapshot.namespace_labels
+    finally:
+        await elsewhere.stop()
+        await cancel_and_wait(follow)
+        await follower.stop()
         await broker.astop()

@@ -120,3 +120,29 @@ async def test_run_flushes_unschedulable_pods_after_5_minutes():
         q.close()
     await settle()
     assert q.closed and q._tasks == []
+
+
+# ---- the threading side: wait() for a scheduling loop on its own thread ----------------------
+def test_wait_returns_at_once_when_a_pod_can_be_popped():
+    q = new_queue()
+    q.add(make_pod("p"))
+    assert q.wait(5)
+
+
+def test_wait_blocks_until_a_pod_is_added_from_another_thread():
+    """(The scheduling loop polled try_pop every 20 ms instead: most of an idle queue-manager's CPU.)"""
+    q = new_queue()
+    assert not q.wait(0.05)  # nothing: times out
+    timer = threading.Timer(0.1, q.add, args=(make_pod("p"),))
+    timer.start()
+    assert q.wait(10)
+    timer.join()
+    assert q.try_pop() is not None
+
+
+def test_close_releases_a_waiting_thread():
+    q = new_queue()
+    timer = threading.Timer(0.1, q.close)
+    timer.start()
+    assert q.wait(10)
+    timer.join()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from schedmesh.api.types import NO_EXECUTE, NO_SCHEDULE, NodeCondition, Taint
 from schedmesh.eviction.testkit import T0, node
 from schedmesh.mesh.controllers.node_lifecycle import NodeLifecycleController
@@ -105,7 +107,8 @@ class FullPass(NodeLifecycleController):
         return set(self.probe)
 
 
-def test_examining_only_changed_nodes_decides_as_a_full_pass():
+@pytest.mark.parametrize("grace, startup_grace", [(4.0, 9.0), (9.0, 4.0)])
+def test_examining_only_changed_nodes_decides_as_a_full_pass(grace: float, startup_grace: float):
     """Random heartbeats, silences, pressure conditions and node edits over time: the incremental
     controller publishes what examining every node every period publishes, sync by sync."""
     import random
@@ -115,7 +118,7 @@ def test_examining_only_changed_nodes_decides_as_a_full_pass():
     for cls in (NodeLifecycleController, FullPass):
         fed = FedCache()
         fed.add(*(node(n, conditions=[ready("True", T0)]) for n in names))
-        runs.append((fed, cls(fed.cache, grace_period=4.0, startup_grace_period=9.0, source="cm")))
+        runs.append((fed, cls(fed.cache, grace_period=grace, startup_grace_period=startup_grace, source="cm")))
     now = T0
     for step in range(400):
         now += rng.choice((0.1, 0.5, 0.5, 1.0, 3.0))
@@ -150,3 +153,30 @@ def test_a_quiet_sync_examines_no_node():
     nlc.on_lease(lease_posting(["n1"], T0 + 4, "False"), now=T0 + 4)  # the agent posts Ready=False
     nlc.sync(T0 + 4)
     assert examined == ["n1"]
+
+
+def test_heartbeats_do_not_grow_the_deadline_heap():
+    """A heartbeat that changes nothing leaves the node's queued deadlines where they are (one per
+    grace period): 5,000 nodes beating every 10 s pushed 10,000 heap entries per period, most of
+    an idle controller manager's CPU. The deadline still follows the last heartbeat."""
+    fed, nlc = setup(grace=5.0)
+    nlc.sync(T0)
+    for beat in range(1, 50):
+        nlc.on_lease(lease(["n1"], T0 + beat), now=T0 + beat)
+        assert nlc.sync(T0 + beat) == []
+        assert len(nlc._due) <= 2
+    assert nlc.sync(T0 + 49 + 5) == []  # within the grace period of the last heartbeat
+    conditions, _add, _remove = edit(nlc.sync(T0 + 49 + 5.5))
+    assert conditions["Ready"][0] == "Unknown"
+
+
+def test_the_ready_it_publishes_carries_the_last_heartbeat():
+    """When heartbeats resume, the Ready it publishes is the agent's, stamped with the newest
+    renew time (kept per node, not in a condition built per heartbeat)."""
+    fed, nlc = setup()
+    fed.apply(nlc.sync(T0 + 5.5))  # silent: Unknown
+    nlc.on_lease(lease(["n1"], T0 + 20), now=T0 + 20)
+    nlc.on_lease(lease(["n1"], T0 + 21), now=T0 + 21)
+    (rec,) = nlc.sync(T0 + 21)
+    (ready_cond,) = [c for c in events_pb2.NodeRecord.FromString(rec[2]).update.conditions if c.type == "Ready"]
+    assert (ready_cond.status, ready_cond.last_heartbeat_time) == ("True", T0 + 21)

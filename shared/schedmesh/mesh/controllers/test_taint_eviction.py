@@ -69,3 +69,32 @@ def test_nodes_without_a_kubelet_are_left_as_applied():
     tec = TaintEvictionController(fed.cache, source="cm", monitored=lambda n: n == "pooled")
     assert set(deleted(fed, tec.sync(T0))) == {"uid-evicted"}
     assert deleted(fed, tec.sync(T0 + 600)) == {}
+
+
+class CountingSnapshot:
+    """The cache's snapshot, counting the passes over its nodes."""
+
+    def __init__(self, snapshot) -> None:
+        self._snapshot, self.passes = snapshot, 0
+
+    @property
+    def node_info_list(self):
+        self.passes += 1
+        return self._snapshot.node_info_list
+
+    def __getattr__(self, name):
+        return getattr(self._snapshot, name)
+
+
+def test_no_pass_over_the_nodes_while_none_has_a_no_execute_taint():
+    """(A pass over 5,000 nodes every 0.5 s was a third of an idle controller manager's CPU.)"""
+    fed = FedCache()
+    fed.add(node("n1"), node("n2"), bound(pod("plain"), "n1"))
+    tec = TaintEvictionController(fed.cache, source="cm")
+    fed.cache.snapshot = counting = CountingSnapshot(fed.cache.snapshot)
+    assert tec.sync(T0) == [] and counting.passes == 0
+    fed.apply([node_update("n1", add_taints=[UNREACHABLE])])
+    assert set(deleted(fed, tec.sync(T0 + 1))) == {"uid-plain"} and counting.passes == 1
+    fed.apply([node_update("n1", remove_taints=[Taint(UNREACHABLE.key, NO_EXECUTE)])])
+    tec.sync(T0 + 2)
+    assert counting.passes == 1

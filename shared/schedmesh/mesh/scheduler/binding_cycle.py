@@ -63,7 +63,8 @@ class BindingCycle:
         was answering the previous batch go to it together, one RPC per batch."""
         while not (self._stop.is_set() and self._bind_queue.empty()):
             try:
-                batch = [self._bind_queue.get(timeout=0.1)]
+                # blocks (a 0.1 s poll was a tenth of an idle queue-manager's wake-ups); stop() puts None
+                batch = [self._bind_queue.get(timeout=1.0)]
             except queue.Empty:
                 continue
             while len(batch) < self.cfg.max_bind_batch:
@@ -71,6 +72,9 @@ class BindingCycle:
                     batch.append(self._bind_queue.get_nowait())
                 except queue.Empty:
                     break
+            batch = [a for a in batch if a is not None]
+            if not batch:
+                continue
             try:
                 self._bind_batch(batch)
             except Exception:  # noqa: BLE001 - a failed batch must never lose its pods
@@ -225,6 +229,7 @@ class BindingCycle:
                           traceparent=a.traceparent)
         try:
             results = self.binder.BindBatch(req, timeout=self.cfg.bind_timeout).results
+            self.cache.expect_records()  # the bindings the binder published
         except grpc.RpcError as e:
             if retry and e.code() in _OUTCOME_UNKNOWN:
                 log.info("binder unavailable (%s): sending %d binding(s) again", e.code().name, len(ready))

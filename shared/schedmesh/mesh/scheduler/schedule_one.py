@@ -130,7 +130,8 @@ class ScheduleOne:
                     continue
             if self.queue.closed:
                 return
-            self._stop.wait(0.02)
+            # until a pod can be popped (stop() closes the queue); the pending gauge's period at most
+            self.queue.wait(0.5)
 
     def _prepare_run(self, run: list[tuple[QueuedPodInfo, int]], start: int):
         """Start asking the shards about the run's node-local pods (a future of its ShardBatch,
@@ -468,6 +469,7 @@ class ScheduleOne:
         try:
             try:
                 resp = self.preemption.Preempt(req, timeout=self.cfg.preemption_timeout, metadata=md)
+                self.cache.expect_records()  # the victims' deletions and nominations it published
             except grpc.RpcError as e:
                 # A dead service never stalls scheduling: the message as this process computes it,
                 # and the pod retried with backoff (preemption with it).

@@ -28,7 +28,7 @@ from opentelemetry import trace
 
 from schedmesh.api import convert
 from schedmesh.api.types import Node, Pod
-from schedmesh.bus import EventConsumer, EventProducer, watcher_fetch_max_wait_ms
+from schedmesh.bus import EventConsumer, EventProducer, watcher_options
 from schedmesh.framework.runtime import Framework, build_frameworks
 from schedmesh.framework.profile import DEFAULT_SCHEDULER_NAME
 from schedmesh.framework.waiting_pods import WaitingPodsMap
@@ -113,7 +113,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self.events_consumer: Optional[EventConsumer] = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._bind_queue: queue.SimpleQueue[AssumedPod] = queue.SimpleQueue()
+        self._bind_queue: queue.SimpleQueue[Optional[AssumedPod]] = queue.SimpleQueue()  # None: stop()
         self._bind_thread: Optional[threading.Thread] = None
         # Mutual TLS with the queue-manager's certificate: the binder admits no other identity.
         self._binder_channel = channel(cfg.binder, TLSFiles.from_env())
@@ -139,7 +139,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self.follower = CacheFollower(self.bootstrap, self.cache, client_id=self.cfg.client_id)
         await self.follower.start(timeout)
         self.events_consumer = EventConsumer(self.bootstrap, [TOPIC_EVENTS], client_id=f"{self.cfg.client_id}-events",
-                                             fetch_max_wait_ms=watcher_fetch_max_wait_ms())
+                                             **watcher_options())
         await self.events_consumer.start(timeout)
         for r in await self.events_consumer.catch_up(timeout):
             self._on_event_record(r)
@@ -167,6 +167,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
 
     async def stop(self) -> None:
         self._stop.set()
+        self._bind_queue.put(None)  # ends the binding loop's wait
         self.queue.close()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 10)

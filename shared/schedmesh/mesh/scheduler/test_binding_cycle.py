@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from types import SimpleNamespace
 
 import grpc
@@ -70,7 +71,7 @@ class Cycle(BindingCycle):
         self._bind_queue = queue.SimpleQueue()
         self._assumed_lock, self._notes_lock = threading.Lock(), threading.Lock()
         self.assumed, self.notes = {}, {}
-        self.cache = SimpleNamespace(lock=threading.RLock(), pods={}, view_offsets=dict)
+        self.cache = SimpleNamespace(lock=threading.RLock(), pods={}, view_offsets=dict, expect_records=lambda: None)
         self.done, self.forgotten, self.requeued, self.events, self.moved = [], [], [], [], []
         self.queue = SimpleNamespace(
             done=self.done.append,
@@ -272,3 +273,36 @@ def test_bind_is_observed_once_the_binder_answered_as_kubes_bind_extension_point
     c._bind_batch([refused])
     assert c.done == ["uid-a", "uid-c"] and c.forgotten == ["b"]
     assert (count("Success") - before[0], count("Error") - before[1]) == (1, 1)
+
+
+def test_a_binder_answer_wakes_the_follower_for_the_bindings_it_published() -> None:
+    """A dozing follower would read them only at its next poll (bus.consumer.idle_poll_ms)."""
+    woken = []
+    c = Cycle(ScriptedBinder("", Unavailable()), retry_seconds=0)
+    c.cache.expect_records = lambda: woken.append("woken")
+    c._bind_batch([c.assume("a", "node-1")])
+    assert woken == ["woken"]
+    c._bind_batch([c.assume("b", "node-1")])  # no answer: nothing published that it knows of
+    assert woken == ["woken"]
+
+
+def test_the_binding_loop_waits_for_bindings_and_ends_when_stop_wakes_it() -> None:
+    """It blocks on its queue (polling it every 0.1 s was a tenth of an idle queue-manager's
+    wake-ups); QueueManager.stop puts None to end the wait."""
+    c = Cycle(ScriptedBinder(), retry_seconds=0)
+    batches: list[list[str]] = []
+    c._bind_batch = lambda batch: batches.append([a.pod.name for a in batch])
+    loop = threading.Thread(target=c._binding_loop, daemon=True)
+    loop.start()
+    c._bind_queue.put(c.assume("a", "node-1"))
+    deadline = time.monotonic() + 5
+    while not batches and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert batches == [["a"]]
+    time.sleep(0.2)
+    stopped = time.monotonic()
+    c._stop.set()
+    c._bind_queue.put(None)
+    loop.join(5)
+    assert not loop.is_alive() and time.monotonic() - stopped < 0.5
+    assert batches == [["a"]]

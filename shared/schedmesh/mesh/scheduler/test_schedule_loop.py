@@ -1,0 +1,89 @@
+"""The scheduling loop waits on the queue: idle, it does not poll it; a pod added from another
+thread is attempted at once. A preemption service's answer wakes the follower for the records it
+published."""
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+from schedmesh.mesh.scheduler.schedule_one import ScheduleOne
+from schedmesh.queue.testing import make_pod, new_queue
+from schedmesh.v1 import preemption_pb2
+
+
+class Loop(ScheduleOne):
+    """Just what _schedule_loop reads; an attempt records the pod."""
+
+    def __init__(self) -> None:
+        self.queue = new_queue()
+        self._stop = threading.Event()
+        self.loop_running = threading.Event()
+        self._cycle_gate = threading.Lock()
+        self.evaluator = SimpleNamespace(filter_stubs=None)
+        self.algo = SimpleNamespace(next_start_node_index=0)
+        self.attempted: list[tuple[str, float]] = []
+        self.pops = 0
+        try_pop = self.queue.try_pop
+
+        def counted():
+            self.pops += 1
+            return try_pop()
+        self.queue.try_pop = counted
+
+    def _prepare_run(self, run, start):
+        return None
+
+    def _attempt_run(self, run, batch=None) -> None:
+        for qpi, _cycle in run:
+            self.attempted.append((qpi.pod.name, time.monotonic()))
+            self.queue.done(qpi.pod.uid)
+
+
+def test_an_idle_loop_waits_on_the_queue_and_a_new_pod_wakes_it():
+    loop = Loop()
+    thread = threading.Thread(target=loop._schedule_loop, daemon=True)
+    thread.start()
+    try:
+        assert loop.loop_running.wait(5)
+        time.sleep(0.3)
+        assert loop.pops <= 2, f"{loop.pops} pops of an empty queue in 0.3 s: polling"
+        added = time.monotonic()
+        loop.queue.add(make_pod("p"))
+        deadline = time.monotonic() + 5
+        while not loop.attempted and time.monotonic() < deadline:
+            time.sleep(0.005)
+        [(name, at)] = loop.attempted
+        assert name == "p" and at - added < 0.2
+    finally:
+        loop._stop.set()
+        loop.queue.close()
+        thread.join(5)
+    assert not thread.is_alive()
+
+
+class Preempting(ScheduleOne):
+    """Just what _preempt reads; the service answers with a nomination."""
+
+    def __init__(self) -> None:
+        self.woken: list[str] = []
+        self.unschedulable: list[str] = []
+        self.cfg = SimpleNamespace(preemption_timeout=5.0)
+        self.cache = SimpleNamespace(expect_records=lambda: self.woken.append("woken"))
+        self.preemption = SimpleNamespace(Preempt=lambda req, timeout, metadata: preemption_pb2.PreemptResponse(
+            code=0, has_result=True, nominated_node_name="n1", victims=["default/v"], deleting_uids=["uid-v"]))
+        self.preemptions = SimpleNamespace(answered=lambda uid, deleting: None)
+        self.waiting_pods = {}
+
+    def _unschedulable(self, qpi, cycle, err, trace_id, span, nominating=None) -> None:
+        self.unschedulable.append(qpi.pod.name)
+
+
+def test_a_preemption_answer_wakes_the_follower_for_the_victims_records():
+    """The victims' deletions come back through a follower that may be dozing
+    (bus.consumer.idle_poll_ms); the preemptor waits for them."""
+    p = Preempting()
+    span = SimpleNamespace(end=lambda: None, set_attribute=lambda *a: None)
+    err = SimpleNamespace(diagnosis=SimpleNamespace(post_filter_msg=""))
+    p._preempt(SimpleNamespace(pod=make_pod("p")), 1, None, None, err, None, "", span, ())
+    assert p.woken == ["woken"] and p.unschedulable == ["p"]
