@@ -58,6 +58,9 @@ class ClusterCache:
     wakers: list[Callable[[], None]] = field(default_factory=list)
     _assumed: dict[str, dict[str, tuple[Pod, str]]] = field(default_factory=dict)  # client -> uid -> (pod, node)
     _expected: dict[str, Pod] = field(default_factory=dict)  # uid -> pod this process published
+    # (namespace, name) -> uids of `pods` (a live pod and terminal ones may share a name): an Apply
+    # looks up its own pods instead of scanning every pod
+    _uids_by_name: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     _changed: threading.Condition = field(init=False)
 
     def __post_init__(self) -> None:
@@ -151,10 +154,13 @@ class ClusterCache:
         if old is not None and old.node_name:
             self.snapshot.remove_pod(old)
         if deleted:
-            self.pods.pop(uid, None)
+            if self.pods.pop(uid, None) is not None:
+                self._unindex(pod.meta.namespace, pod.meta.name, uid)
             if old is not None:
                 self._emit("pod", old, None)
             return
+        if uid not in self.pods:
+            self._uids_by_name.setdefault((pod.meta.namespace, pod.meta.name), set()).add(uid)
         self.pods[uid] = pod
         for client in self._assumed.values():  # the real binding (or the pod's end) supersedes an assumption
             client.pop(uid, None)
@@ -239,7 +245,15 @@ class ClusterCache:
         with self.lock:
             return [Namespace(k, dict(v)) for k, v in self.snapshot.namespace_labels.items()]
 
+    def _unindex(self, namespace: str, name: str, uid: str) -> None:
+        uids = self._uids_by_name.get((namespace, name))
+        if uids is not None:
+            uids.discard(uid)
+            if not uids:
+                del self._uids_by_name[(namespace, name)]
+
     def get_pod(self, namespace: str, name: str) -> Optional[Pod]:
+        """The pod of that name: a live pod before a terminal one."""
         with self.lock:
-            found = [p for p in self.pods.values() if p.namespace == namespace and p.name == name]
-            return min(found, key=is_terminal, default=None)  # a live pod before a terminal one
+            found = [self.pods[u] for u in self._uids_by_name.get((namespace, name), ()) if u in self.pods]
+            return min(found, key=is_terminal, default=None)

@@ -59,3 +59,21 @@ def test_waiting_for_offsets_not_read_wakes_the_followers():
     assert woken == ["woken"]
     cache.expect_records()  # another process answered that it published records
     assert woken == ["woken", "woken"]
+
+
+def test_get_pod_finds_a_name_through_its_index_and_prefers_the_live_pod():
+    """Apply looks its pods up by name (scanning every pod made a 10-pod Apply cost as much as
+    scheduling them); an ended pod and its live successor share the name."""
+    cache = ClusterCache()
+    _apply(cache, records.node_record(Node(meta=ObjectMeta(name="n1"), allocatable={"cpu": 4, "pods": 10})))
+    ended = dataclasses.replace(_pod("web"), phase="Failed")
+    _apply(cache, records.pod_record(ended))
+    assert cache.get_pod("default", "web") is cache.pods["uid-web"]
+    successor = dataclasses.replace(_pod("web"), meta=ObjectMeta(name="web", namespace="default", uid="uid-web-2"))
+    _apply(cache, records.pod_record(successor))
+    assert cache.get_pod("default", "web").uid == "uid-web-2"
+    assert cache.get_pod("other", "web") is None and cache.get_pod("default", "db") is None
+    _apply(cache, records.pod_record(cache.pods["uid-web-2"], deleted=True))
+    assert cache.get_pod("default", "web").uid == "uid-web"
+    _apply(cache, records.pod_record(cache.pods["uid-web"], deleted=True))
+    assert cache.get_pod("default", "web") is None and cache._uids_by_name == {}

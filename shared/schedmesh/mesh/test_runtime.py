@@ -6,6 +6,7 @@ broker never reaches: "filter-worker-0 has not caught up with the event stream")
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 import pytest
@@ -17,7 +18,7 @@ from schedmesh.bus import EventProducer
 from schedmesh.bus.watch import cancel_and_wait
 from schedmesh.mesh import records
 from schedmesh.mesh.cluster_cache import TOPIC_NAMESPACES, ClusterCache
-from schedmesh.mesh.runtime import CacheFollower
+from schedmesh.mesh.runtime import DEFAULT_GC_THRESHOLDS, CacheFollower, tune_gc
 
 REVISIONS = 12  # records of the namespace on the lost broker; its owner re-publishes one
 
@@ -121,3 +122,20 @@ async def test_a_reader_waiting_for_offsets_wakes_the_dozing_follower() -> None:
         await cancel_and_wait(follow)
         await follower.stop()
         await broker.astop()
+
+
+def test_gc_thresholds_from_the_environment(monkeypatch):
+    before = gc.get_threshold()
+    try:
+        monkeypatch.delenv("SCHEDMESH_GC_THRESHOLDS", raising=False)
+        assert tune_gc() == DEFAULT_GC_THRESHOLDS == gc.get_threshold()
+        monkeypatch.setenv("SCHEDMESH_GC_THRESHOLDS", "5000,5,5")
+        assert tune_gc() == (5000, 5, 5) == gc.get_threshold()
+        monkeypatch.setenv("SCHEDMESH_GC_THRESHOLDS", "default")
+        assert tune_gc() == (5000, 5, 5)  # left as it is
+        for bad in ("5000,5", "a,b,c", "0,10,10"):
+            monkeypatch.setenv("SCHEDMESH_GC_THRESHOLDS", bad)
+            with pytest.raises(SystemExit, match="SCHEDMESH_GC_THRESHOLDS"):
+                tune_gc()
+    finally:
+        gc.set_threshold(*before)
