@@ -82,11 +82,19 @@ def idle_poll_ms() -> int:
 _default_idle_poll_ms = idle_poll_ms  # (EventConsumer's parameter of that name hides it)
 
 
+def watcher_fetch_min_bytes() -> int:
+    """How much a consumer off the scheduling path asks the broker to gather before answering a
+    fetch (it answers after watcher_fetch_max_wait_ms with less). With 1, a watcher under load
+    fetched again as soon as any record had arrived, a few records per fetch.
+    SCHEDMESH_WATCHER_FETCH_MIN_BYTES tunes it."""
+    return max(1, int(os.environ.get("SCHEDMESH_WATCHER_FETCH_MIN_BYTES", "1")))
+
+
 def watcher_options() -> dict[str, Any]:
     """EventConsumer options of a consumer off the scheduling path (the kubelet agent, the
     controllers, the preemption service, the queue-manager's Events): longer fetch waits
-    (watcher_fetch_max_wait_ms)."""
-    return {"fetch_max_wait_ms": watcher_fetch_max_wait_ms()}
+    (watcher_fetch_max_wait_ms), fuller fetches (watcher_fetch_min_bytes)."""
+    return {"fetch_max_wait_ms": watcher_fetch_max_wait_ms(), "fetch_min_bytes": watcher_fetch_min_bytes()}
 
 
 #: aiokafka's fetch loop wakes up at least this often (its consumer_timeout_ms, 0.2 s) though a

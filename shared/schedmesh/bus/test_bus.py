@@ -562,3 +562,17 @@ async def test_send_waits_while_the_broker_is_down(
         async with EventConsumer(bootstrap, [topic]) as consumer:
             values = [r.value for r in await consumer.catch_up(timeout=10)]
         assert b"while-down" in values
+
+
+def test_watcher_options_wait_longer_and_gather_more(monkeypatch):
+    """Consumers off the scheduling path: fetch waits never below the scheduling path's, fetch
+    sizes from SCHEDMESH_WATCHER_FETCH_MIN_BYTES (at least 1)."""
+    from schedmesh.bus.consumer import fetch_max_wait_ms, watcher_options
+    monkeypatch.delenv("SCHEDMESH_WATCHER_FETCH_MIN_BYTES", raising=False)
+    monkeypatch.setenv("SCHEDMESH_WATCHER_FETCH_MAX_WAIT_MS", "1")
+    assert watcher_options() == {"fetch_max_wait_ms": fetch_max_wait_ms(), "fetch_min_bytes": 1}
+    monkeypatch.setenv("SCHEDMESH_WATCHER_FETCH_MIN_BYTES", "65536")
+    monkeypatch.setenv("SCHEDMESH_WATCHER_FETCH_MAX_WAIT_MS", "80")
+    assert watcher_options() == {"fetch_max_wait_ms": 80, "fetch_min_bytes": 65536}
+    monkeypatch.setenv("SCHEDMESH_WATCHER_FETCH_MIN_BYTES", "0")
+    assert watcher_options()["fetch_min_bytes"] == 1
