@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import time
 import uuid
 from collections.abc import Iterator
@@ -275,6 +276,45 @@ async def test_a_dozing_consumer_wakes_at_once_for_what_its_process_publishes(
         assert not consumer.dozing
         await _send_from_elsewhere(kafka.bootstrap_servers, topic.name, b"after-wake")
         assert [r.value for r in await _collect(consumer, 1, timeout=5)] == [b"after-wake"]
+
+
+async def test_no_record_is_lost_or_repeated_across_dozing_and_waking(kafka: KafkaTarget, topic: TopicSpec) -> None:
+    """Bursts separated by gaps shorter and longer than idle_after, sent both by this process
+    (which wakes the consumer) and from elsewhere (found by the offsets poll): every record
+    arrives once, in order, however often the consumer paused and resumed in between."""
+    rng = random.Random(7)
+    outsider = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+    await outsider.start()
+    got: list[int] = []
+    async with EventProducer(kafka.bootstrap_servers, topics=[topic]) as producer, EventConsumer(
+        kafka.bootstrap_servers, [topic], idle_poll_ms=50, idle_after=0.15
+    ) as consumer:
+        async def read() -> None:
+            while True:
+                got.extend(int(r.value) for r in await consumer.getmany(timeout=0.2))
+
+        reader = asyncio.create_task(read())
+        sent, dozed = 0, 0
+        try:
+            for burst in range(30):
+                mine = burst % 6 == 0  # a publish of its own keeps it awake IDLE_AFTER_SECONDS
+                for _ in range(rng.randint(1, 15)):
+                    value = str(sent).encode()
+                    if mine and rng.random() < 0.5:
+                        await producer.send(topic.name, value, key="k")
+                    else:
+                        await outsider.send_and_wait(topic.name, value, key=b"k")
+                    sent += 1
+                await asyncio.sleep(2.3 if mine else rng.choice([0, 0.01, 0.1, 0.3, 0.5]))
+                dozed += consumer.dozing
+            deadline = time.monotonic() + 10
+            while len(got) < sent and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        finally:
+            await cancel_and_wait(reader)
+            await outsider.stop()
+    assert dozed > 3, "the consumer never dozed: the test proves nothing"
+    assert got == list(range(sent))
 
 
 async def test_stop_ends_a_reader_dozing_in_getmany(kafka: KafkaTarget, topic: TopicSpec) -> None:
