@@ -69,8 +69,8 @@ class EventProducer:
       sends wait while the broker is down; after a restart of a memory-only broker the
       topics are created again, ``restart_count`` grows and ``on_restart`` is called
       (re-publish what you own there). A producer that has sent nothing for
-      IDLE_AFTER_SECONDS probes every :func:`idle_probe_interval` seconds instead, and at
-      once when it sends again.
+      IDLE_AFTER_SECONDS probes every :func:`idle_probe_interval` seconds instead, and again
+      one probe interval after it sends.
     * Sends acknowledged since the last probe that confirmed the broker's identity are
       kept (at most ``max_unconfirmed``) and sent again after a restart: a record sent
       in the moment between the broker coming back and the probe noticing would
@@ -127,6 +127,7 @@ class EventProducer:
         self._resend_window = resend_window
         self._inflight = 0
         self._last_send = float("-inf")
+        self._busy_again = False  # the first send after a quiet spell: see send()
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -199,7 +200,12 @@ class EventProducer:
             partition = 0
         now = time.monotonic()
         if now - self._last_send >= IDLE_AFTER_SECONDS:
-            self._wake.set()  # idle until now: probe at once (the broker may have restarted meanwhile)
+            # busy again: back to the busy probe pace, the first probe one probe_interval from
+            # now, not at once (a restart found before this send completed would leave it out of
+            # the resend window whose records the owner rewrites or drops:
+            # test_resend_rewrites_or_drops_what_is_sent_again failed 1-2 times in 5)
+            self._busy_again = True
+            self._wake.set()
         self._last_send = now
         with self._publish_span(topic, key_bytes) as span:
             carrier = tuple(inject_kafka_headers(headers))
@@ -296,6 +302,9 @@ class EventProducer:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval)
             self._wake.clear()
+            if self._busy_again:
+                self._busy_again = False
+                await asyncio.sleep(self._probe_interval)
             seq_before_probe = self._seq
             state = await self._watch.probe(tuple(self._specs))
             if state is BrokerState.DOWN:

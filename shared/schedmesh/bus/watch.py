@@ -46,7 +46,8 @@ def idle_probe_interval() -> float:
     """Seconds between the broker probes of an idle bus client (a dozing consumer, a producer
     that has sent nothing for IDLE_AFTER_SECONDS): at the 0.5 s of a busy one, the probes of an
     idle mesh's eleven clients were about 3 % of a core in the services and 1 % in Tansu. A
-    client probes at once when it becomes busy again (its first send, or its wake-up), so a
+    client probes soon after it becomes busy again (one probe interval after its first send, at
+    once on its wake-up), so a
     broker that restarted meanwhile is noticed before its records are needed; a restart of an
     idle mesh is noticed up to this much later. SCHEDMESH_IDLE_PROBE_SECONDS tunes it (never
     below the client's own probe interval)."""
