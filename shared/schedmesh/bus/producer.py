@@ -198,15 +198,14 @@ class EventProducer:
         key_bytes = key.encode("utf-8") if isinstance(key, str) else key
         if partition is None and (self._specs.get(topic) or spec_for(topic)).single_partition:
             partition = 0
-        now = time.monotonic()
-        if now - self._last_send >= IDLE_AFTER_SECONDS:
+        if self._quiet():
             # busy again: back to the busy probe pace, the first probe one probe_interval from
             # now, not at once (a restart found before this send completed would leave it out of
             # the resend window whose records the owner rewrites or drops:
             # test_resend_rewrites_or_drops_what_is_sent_again failed 1-2 times in 5)
             self._busy_again = True
             self._wake.set()
-        self._last_send = now
+        self._last_send = time.monotonic()
         with self._publish_span(topic, key_bytes) as span:
             carrier = tuple(inject_kafka_headers(headers))
             pending = _Unconfirmed(0, topic, value, key_bytes, carrier, partition, timestamp_ms)
@@ -290,14 +289,17 @@ class EventProducer:
             raise BusError(f"broker {self._bootstrap} unavailable; send to {topic} timed out") from None
 
     # ------------------------------------------------------------------ restarts
+    def _quiet(self) -> bool:
+        """Nothing sent for IDLE_AFTER_SECONDS: probing at the idle pace."""
+        return time.monotonic() - self._last_send >= IDLE_AFTER_SECONDS
+
     async def _watch_broker(self) -> None:
         assert self._probe_interval
         restart_pending = False
         while True:
             raise_if_cancelling()
             interval = self._probe_interval
-            idle = time.monotonic() - self._last_send >= IDLE_AFTER_SECONDS
-            if idle and self._ready.is_set() and not restart_pending:
+            if self._quiet() and self._ready.is_set() and not restart_pending:
                 interval = max(interval, idle_probe_interval())
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval)

@@ -255,5 +255,5 @@ class ClusterCache:
     def get_pod(self, namespace: str, name: str) -> Optional[Pod]:
         """The pod of that name: a live pod before a terminal one."""
         with self.lock:
-            found = [self.pods[u] for u in self._uids_by_name.get((namespace, name), ()) if u in self.pods]
+            found = [self.pods[u] for u in self._uids_by_name.get((namespace, name), ())]
             return min(found, key=is_terminal, default=None)
