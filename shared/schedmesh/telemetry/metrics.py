@@ -146,6 +146,12 @@ EVICTIONS = Counter(
     "Pods evicted, by reason.",
     ["reason"],
 )
+FETCH_GAPS = Counter(
+    "schedmesh_kafka_fetch_gaps_total",
+    "Fetches that skipped offsets of a partition and were made again from the hole, by topic "
+    "(the embedded broker sometimes leaves out a record being written; bus/consumer.py).",
+    ["topic"],
+)
 RECORDS_APPLIED = Counter(
     "schedmesh_records_applied_total",
     "Event-bus records applied to a cluster cache replica, by topic.",
@@ -159,7 +165,7 @@ SCHEDULER_METRICS = (
 )
 MESH_METRICS = (
     SHARD_REQUEST_DURATION, BATCH_SIZE, KAFKA_CONSUMER_LAG, BINDER_CONFLICTS, EVICTIONS,
-    RECORDS_APPLIED,
+    RECORDS_APPLIED, FETCH_GAPS,
 )
 ALL_METRICS = SCHEDULER_METRICS + MESH_METRICS
 
@@ -288,6 +294,10 @@ def observe_binder_conflict(reason: str) -> None:
 def observe_eviction(reason: str) -> None:
     """A pod was evicted (e.g. "Preempted", "TaintManagerEviction", "NodePressure", "API")."""
     EVICTIONS.labels(reason).inc()
+
+
+def observe_fetch_gap(topic: str) -> None:
+    FETCH_GAPS.labels(topic).inc()
 
 
 def observe_records_applied(topic: str, count: int = 1) -> None:

@@ -73,6 +73,7 @@ def test_mesh_metric_definitions() -> None:
         "schedmesh_binder_conflicts_total": ("counter", ("reason",)),
         "schedmesh_evictions_total": ("counter", ("reason",)),
         "schedmesh_records_applied_total": ("counter", ("topic",)),
+        "schedmesh_kafka_fetch_gaps_total": ("counter", ("topic",)),
     }
     for name, (kind, labels) in expected.items():
         assert names[name] == kind
