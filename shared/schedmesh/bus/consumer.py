@@ -32,7 +32,6 @@ from schedmesh.bus.watch import (
     raise_if_cancelling,
 )
 from schedmesh.telemetry import metrics
-from schedmesh.telemetry.propagation import extract_kafka_headers
 
 log = logging.getLogger(__name__)
 
@@ -635,7 +634,6 @@ class EventConsumer:
             headers=headers,
             timestamp_ms=msg.timestamp,
             epoch=epoch,
-            context=extract_kafka_headers(headers),
         )
 
     async def rewind(self) -> None:

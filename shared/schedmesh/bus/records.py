@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from opentelemetry.context import Context
+
+from schedmesh.telemetry.propagation import extract_kafka_headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +28,12 @@ class Record:
     headers: tuple[tuple[str, bytes], ...] = ()
     timestamp_ms: int = 0
     epoch: int = 0
-    context: Context = field(default_factory=Context, compare=False, repr=False)
+
+    @property
+    def context(self) -> Context:
+        # Made when asked, not for every record: most readers (the cache followers) never ask,
+        # and extracting took 3 % of the binder's CPU.
+        return extract_kafka_headers(self.headers)
 
     @property
     def key_str(self) -> str | None:
