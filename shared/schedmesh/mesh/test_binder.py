@@ -88,3 +88,23 @@ def test_a_refusal_is_an_error_span_in_the_pods_trace(monkeypatch):
         "k8s.namespace.name": "default", "k8s.node.name": "n1", "k8s.pod.uid": req.binds[0].pod.metadata.uid}
     made = next(s for s in spans if s.attributes["k8s.pod.name"] == "free")
     assert made.status.status_code is StatusCode.UNSET and made.attributes["k8s.node.name"] == "n1"
+
+
+def test_a_binding_is_decided_on_the_version_it_names():
+    """The ledger's copy of a pod stands in for the request's only at the same resource version:
+    a request carrying another version of the pod (here one asking for more cpu than is left) is
+    decided on that version."""
+    fed = FedCache()
+    fed.apply([node_record(node("n1", capacity={"cpu": "1", "memory": "1Gi", "pods": "10"}))])
+    small = dataclasses.replace(pod("web", requests={"cpu": "500m"}, phase="Pending"))
+    small.meta.resource_version = "qm-1-1"
+    fed.apply([pod_record(small)])
+    servicer = BinderServicer(BindLedger(fed.cache), Sent(), "binder")
+    big = dataclasses.replace(small, meta=dataclasses.replace(small.meta, resource_version="qm-1-2"),
+                              containers=pod("web", requests={"cpu": "2"}).containers)
+    for version, bound in ((big, False), (small, True)):
+        req = binder_pb2.BindBatchRequest(client_id="qm")
+        req.binds.add(pod=convert.pod_to_proto(version), node_name="n1", client_id="qm")
+        resp = asyncio.run(servicer.BindBatch(req, None))
+        assert [r.bound for r in resp.results] == [bound], resp
+    assert servicer._request_pod(convert.pod_to_proto(small)) is fed.cache.pods[small.uid]

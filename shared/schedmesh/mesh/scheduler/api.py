@@ -104,8 +104,12 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         for n in plan.publish.nodes:
             qm.applied_nodes[n.name] = n
         if qm.store is not None:  # durable local state: what was applied survives down/up
-            stored = replace(plan.publish, pods=plan.stored_pods)
-            await asyncio.to_thread(qm.store.write, records.manifest_records(stored, source=qm.cfg.client_id))
+            if all(a is b for a, b in zip(plan.stored_pods, plan.publish.pods)):
+                stored_recs = recs  # pods created as applied: the records just published (encoded once)
+            else:
+                stored_recs = records.manifest_records(replace(plan.publish, pods=plan.stored_pods),
+                                                       source=qm.cfg.client_id)
+            await asyncio.to_thread(qm.store.write, stored_recs)
         return queue_pb2.ApplyResponse(applied=plan.lines, warnings=warnings)
 
     def _admit(self, manifest: str, source: str) -> tuple[Manifests, list[str]]:
