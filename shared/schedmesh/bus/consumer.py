@@ -116,6 +116,14 @@ GAP_RETRIES = 5
 GAP_PATIENCE_SECONDS = 1.0
 
 
+#: A hole is suspect only before a record written less than this long ago (by its timestamp).
+GAP_FRESH_SECONDS = 30.0
+
+
+def _fresh(record: ConsumerRecord) -> bool:
+    return time.time() * 1000 - record.timestamp < GAP_FRESH_SECONDS * 1000
+
+
 @dataclass
 class _Gap:
     expected: int  # the first offset missing
@@ -492,15 +500,17 @@ class EventConsumer:
         offset 130 then 132, though 131 was in the log. Silently skipped, such a record is
         lost for good (a binding a cache never sees). So a fetch that skips offsets is cut at
         the hole and the partition fetched again from it; a hole that stays after
-        GAP_RETRIES fetches over GAP_PATIENCE_SECONDS is real (e.g. Kafka's transaction
-        markers) and is skipped, with a warning."""
+        GAP_RETRIES fetches over GAP_PATIENCE_SECONDS is real and is skipped, with a warning.
+        Only a hole before a fresh record (_fresh) is suspect: such a race happens at the head of
+        the log, while Apache Kafka's compaction (the state topics are compacted there) leaves
+        holes only among records older than that, which a replay takes as they are."""
         out: dict[TopicPartition, list] = {}
         for tp, msgs in batches.items():
             expected = self._next_offset.get(tp)
             keep = msgs
             if expected is not None:
                 for i, m in enumerate(msgs):
-                    if m.offset > expected and not self._hole_is_real(tp, expected, m.offset):
+                    if m.offset > expected and _fresh(m) and not self._hole_is_real(tp, expected, m.offset):
                         keep = msgs[:i]
                         consumer.seek(tp, expected)
                         break

@@ -10,6 +10,7 @@ and where the partition is read from next.
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
@@ -31,8 +32,10 @@ class SeekLog:
         self.seeks.append((tp, offset))
 
 
-def records(tp: TopicPartition, *offsets: int) -> list[ConsumerRecord]:
-    return [ConsumerRecord(tp.topic, tp.partition, o, 0, 0, b"k", str(o).encode(), None, 1, 1, ())
+def records(tp: TopicPartition, *offsets: int, age: float = 0.0) -> list[ConsumerRecord]:
+    """Records written `age` seconds ago."""
+    written = int((time.time() - age) * 1000)
+    return [ConsumerRecord(tp.topic, tp.partition, o, written, 0, b"k", str(o).encode(), None, 1, 1, ())
             for o in offsets]
 
 
@@ -83,6 +86,15 @@ def test_a_hole_that_stays_is_skipped_after_the_retries_and_the_patience(
     with caplog.at_level(logging.WARNING, logger="schedmesh.bus.consumer"):
         assert offsets(c._close_gaps(log, {PODS: records(PODS, 7, 8)})) == {"pods": [7, 8]}
     assert "offsets 5-6 of" in caplog.text and c._next_offset[PODS] == 9 and not c._gaps
+
+
+def test_a_hole_among_old_records_is_taken_at_once() -> None:
+    """Apache Kafka's compaction leaves holes among records older than GAP_FRESH_SECONDS: a
+    replay reads through them without fetching again."""
+    c, log = consumer_at(pods=5), SeekLog()
+    old = records(PODS, 7, 9, 12, age=consumer_module.GAP_FRESH_SECONDS + 5)
+    assert offsets(c._close_gaps(log, {PODS: old})) == {"pods": [7, 9, 12]}
+    assert log.seeks == [] and c._next_offset[PODS] == 13 and not c._gaps
 
 
 def test_a_partition_not_tracked_yet_takes_what_comes() -> None:
