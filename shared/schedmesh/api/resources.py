@@ -211,7 +211,8 @@ _RESOURCE_MEMO: dict[tuple, PodResource] = {}
 _RESOURCE_MEMO_MAX = 4096
 
 
-def _resource_key(pod: Pod) -> tuple:
+def resource_key(pod: Pod) -> tuple:
+    """Everything pod_requests reads: pods with equal keys request the same."""
     return (tuple(tuple(c.requests.items()) for c in pod.containers),
             tuple((c.restart_policy, tuple(c.requests.items())) for c in pod.init_containers),
             tuple(pod.resource_requests.items()) if pod.resource_requests else (),
@@ -220,7 +221,7 @@ def _resource_key(pod: Pod) -> tuple:
 
 def pod_resource(pod: Pod) -> PodResource:
     """compute_pod_resource, remembered per request shape (PodResource is never modified)."""
-    key = _resource_key(pod)
+    key = resource_key(pod)
     got = _RESOURCE_MEMO.get(key)
     if got is None:
         if len(_RESOURCE_MEMO) >= _RESOURCE_MEMO_MAX:

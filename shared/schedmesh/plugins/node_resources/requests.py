@@ -27,6 +27,7 @@ from schedmesh.api.resources import (
     aggregate_container_requests,
     is_scalar_resource_name,
     pod_requests,
+    resource_key,
 )
 from schedmesh.api.types import Pod
 
@@ -50,17 +51,42 @@ def max_resource(requests: dict[str, Fraction]) -> Resource:
     return r
 
 
+# Every cycle asks for the incoming pod's requests (PreFilter, PreScore; the binder's ledger per
+# binding), and summing Fractions was a tenth of a SchedulingBasic cycle: remembered per request
+# shape (api.resources.resource_key) as the caches' pod_resource is. The values are shared: never
+# modified.
+_FIT_MEMO: dict[tuple, Resource] = {}
+_SCORING_MEMO: dict[tuple, tuple[int, ...]] = {}
+_MEMO_MAX = 4096
+
+
+def _remembered(memo: dict, key: tuple, compute):
+    got = memo.get(key)
+    if got is None:
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        got = memo[key] = compute()
+    return got
+
+
 def fit_request(pod: Pod) -> Resource:
-    """computePodResourceRequest with PodLevelResources on."""
-    return max_resource(pod_requests(pod))
+    """computePodResourceRequest with PodLevelResources on (shared: never modify it)."""
+    return _remembered(_FIT_MEMO, resource_key(pod), lambda: max_resource(pod_requests(pod)))
 
 
 def requests_nothing(r: Resource) -> bool:
     return r.milli_cpu == 0 and r.memory == 0 and r.ephemeral_storage == 0 and not r.scalar
 
 
-def scoring_requests(pod: Pod, resource_names: Sequence[str], use_requested: bool, pod_level: bool) -> list[int]:
+def scoring_requests(pod: Pod, resource_names: Sequence[str], use_requested: bool,
+                     pod_level: bool) -> tuple[int, ...]:
     """calculatePodResourceRequestList: the pod's request of each scored resource (0 when absent)."""
+    key = (resource_key(pod), tuple(resource_names), use_requested, pod_level)
+    return _remembered(_SCORING_MEMO, key,
+                       lambda: tuple(_scoring_requests(pod, resource_names, use_requested, pod_level)))
+
+
+def _scoring_requests(pod: Pod, resource_names: Sequence[str], use_requested: bool, pod_level: bool) -> list[int]:
     non_missing = None if use_requested else NON_ZERO_DEFAULTS
     if pod_level:
         reqs = pod_requests(pod, non_missing)
