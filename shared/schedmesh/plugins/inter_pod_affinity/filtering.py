@@ -64,7 +64,7 @@ def compute_pre_filter_state(pod: Pod, snapshot: Snapshot) -> Optional[PreFilter
     has no required affinity or anti-affinity terms)."""
     pi = PodInfo(pod)
     req_affinity, req_anti = pi.required_affinity_terms, pi.required_anti_affinity_terms
-    anti_nodes = snapshot.have_pods_with_required_anti_affinity()
+    anti_nodes = snapshot.any_pods_with_required_anti_affinity()
     if not anti_nodes and not req_affinity and not req_anti:
         return None  # nothing could be counted: the common case, kept free
     cols = snapshot.cols

@@ -40,7 +40,7 @@ def compute_pre_score_state(pod: Pod, snapshot: Snapshot, hard_pod_affinity_weig
     has_constraints = has_preferred_terms(pod)
     if ignore_preferred_terms_of_existing_pods and not has_constraints:
         return None
-    if not has_constraints and not snapshot.have_pods_with_affinity():
+    if not has_constraints and not snapshot.any_pods_with_affinity():
         return None  # no term anywhere: the common case, kept free
     pi = PodInfo(pod)
     ns_labels_of = snapshot.namespace_labels_of

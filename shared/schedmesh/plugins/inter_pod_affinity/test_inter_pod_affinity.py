@@ -1120,3 +1120,24 @@ def test_snapshot_lists_of_nodes_with_affinity_pods_follow_membership():
     assert snap.have_pods_with_required_anti_affinity() == [] and snap.have_pods_with_affinity() == []
     snap.add_pod(a1, "n2")
     assert [ni.name for ni in snap.have_pods_with_affinity()] == ["n2"]
+
+
+def test_snapshot_knows_whether_any_node_has_affinity_pods_as_its_lists_say():
+    """any_pods_with_* (asked every cycle) agree with the lists through joins, leaves, pods
+    with only preferred terms, and node removal, asked between every change or not at all."""
+    for ask_between in (True, False):
+        snap = cluster([node("n1", zone="z1"), node("n2", zone="z2")])
+        anti = [term("zone", In("app", "w"))]
+        a1 = the_pod(pod(name="a1", labels={"app": "w"}, node="n1", anti=anti))
+        a2 = the_pod(pod(name="a2", labels={"app": "w"}, node="n2", anti=anti))
+        plain = the_pod(pod(name="plain", node="n2"))
+        steps = [lambda: snap.add_pod(a1), lambda: snap.add_pod(plain), lambda: snap.add_pod(a2),
+                 lambda: snap.remove_pod(a1), lambda: snap.remove_node("n2"),
+                 lambda: snap.add_node(the_node(node("n2", zone="z2"))), lambda: snap.remove_pod(a2)]
+        for step in steps:
+            step()
+            if ask_between or step is steps[-1]:
+                assert snap.any_pods_with_affinity() == bool(snap.have_pods_with_affinity())
+                assert (snap.any_pods_with_required_anti_affinity()
+                        == bool(snap.have_pods_with_required_anti_affinity()))
+        assert not snap.any_pods_with_required_anti_affinity()
