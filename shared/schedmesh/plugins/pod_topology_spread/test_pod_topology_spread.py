@@ -1108,6 +1108,7 @@ def test_pod_index_matches_brute_force_and_follows_changes():
     snap = snapshot(nodes, pods)
     idx = PodLabelIndex()
     sels = [LabelSelector.of({"app": "a"}), LabelSelector.of({"app": "b", "tier": "x"}),
+            LabelSelector.of({"app": "rare"}),
             LabelSelector.of(match_expressions=[_req("app", "NotIn", ["a"])]),
             LabelSelector.of(match_expressions=[_req("tier", "Exists")]),
             LabelSelector.of(match_expressions=[_req("app", "In", ["a", "c"])]),
@@ -1130,6 +1131,16 @@ def test_pod_index_matches_brute_force_and_follows_changes():
     check()
     snap.add_node(load(node("n99", {"zone": "z9"})).nodes[0])
     check()
+    # many small moves, answered between each (the per-posting counts follow row by row),
+    # including a label value whose every pod goes and comes back
+    for step in range(60):
+        live = [pi.pod for ni in snap.node_info_list for pi in ni.pods]
+        if live and rng.random() < 0.5:
+            snap.remove_pod(rng.choice(live))
+        else:
+            label = "rare" if step % 7 == 0 else rng.choice("abc")
+            snap.add_pod(load(pod(f"r{step}", f"n{rng.randrange(12)}", {"app": label, "tier": "x"})).pods[0])
+        check()
 
 
 # ---- bulk vs per-node on random clusters --------------------------------------------------------
