@@ -449,3 +449,16 @@ def test_shutdown_seconds_and_failed_pod() -> None:
         ("PodScheduled", "True"), ("Initialized", "True"), ("ContainersReady", "False"), ("Ready", "False")]
     refused = failed_pod(mkpod("a", "n"), "OutOfcpu", "Pod was rejected: ...")
     assert refused.conditions == [] and refused.phase == "Failed"
+
+
+async def test_the_pods_of_one_record_start_together_in_its_order(mesh: Mesh) -> None:
+    """An Apply's pods are learned at one moment: they start in one pass (start times a
+    microsecond apart, in the record's order), so no reader sees some started and some not
+    (the preemption service breaks ties by the start time of victims)."""
+    from schedmesh.mesh.records import pod_message
+    pods = [mkpod(f"together-{i}", "grace-0", cpu="10m") for i in range(40)]
+    await send(mesh.bootstrap, [pod_batch_record([pod_message(p, source="test-api") for p in pods], "test-api")])
+    view, _ = await until(mesh.bootstrap, lambda v: all(v.phase(p) == "Running" for p in pods))
+    starts = [view.pod(p).start_time for p in pods]
+    assert starts == sorted(starts) and len(set(starts)) == len(starts)
+    assert starts[-1] - starts[0] < 0.001, f"started over {starts[-1] - starts[0]:.4f} s: more than one pass"

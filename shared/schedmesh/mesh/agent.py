@@ -331,6 +331,7 @@ class KubeletAgent:
         self._unbound: dict[str, object] = {}
         self._timer_pushed = asyncio.Event()  # wakes reconcile_loop
         self._timers = Timers(self._timer_pushed.set)  # pod transitions
+        self._record_clock: Optional[float] = None  # when the record being handled was read
         self._checks = Timers(self._timer_pushed.set)  # evictor checks, by node name
         self._replaying = False
         self._restarts_handled = 0
@@ -458,6 +459,11 @@ class KubeletAgent:
     async def handle(self, r: Record) -> None:
         if r.value is None:
             return
+        # The pods of one record (an Apply, a BindBatch) are learned at one moment: their starts
+        # fall due together, in one status record, in the record's order. Timed per pod, they
+        # straddled reconcile passes, and a reader (the preemption service) could see some
+        # started and some not, which made its start-time tie-break depend on timing.
+        self._record_clock = self.clock()
         try:
             if r.topic == TOPIC_PODS:
                 for rec in expand(events_pb2.PodRecord.FromString(r.value)):
@@ -468,6 +474,8 @@ class KubeletAgent:
                         self._on_node(rec)
         except Exception:  # noqa: BLE001 - one bad record must not stop the agent
             log.exception("cannot handle %s/%d@%d", r.topic, r.partition, r.offset)
+        finally:
+            self._record_clock = None
 
     async def _on_pod_record(self, r: Record, rec: events_pb2.PodRecord) -> None:
         if not rec.HasField("update"):
@@ -629,7 +637,8 @@ class KubeletAgent:
         it after the simulated delay; a pod already Running (our restart) is taken as it is."""
         now = self.clock()
         running = pod.phase == "Running"
-        sp = SimPod(pod, RUNNING if running else STARTING, context, start_at=now + self.start_delay)
+        learned = self._record_clock if self._record_clock is not None else now
+        sp = SimPod(pod, RUNNING if running else STARTING, context, start_at=learned + self.start_delay)
         if not running and not pod.meta.deletion_timestamp:
             if self._replaying:
                 sp.admitted = False  # admitted once the replay is over, against the pods found
