@@ -316,7 +316,8 @@ class KubeletAgent:
         # KWOK manages nodes created through the API: otherwise no kubelet would run, start or
         # end their pods. Pods bound to such a node before its record arrives wait for it.
         self.serve_applied_nodes = frozenset(serve_applied_nodes)
-        self._waiting_for_node: dict[str, dict[str, tuple[Pod, Context]]] = {}
+        # pods bound to an applied node not served yet: (pod, trace context, when its record was read)
+        self._waiting_for_node: dict[str, dict[str, tuple[Pod, Context, float]]] = {}
         self.clock = clock
         self.nodes: dict[str, SimNode] = {}
         for spec in nodes:
@@ -522,8 +523,8 @@ class KubeletAgent:
         log.info("%s serves node %s (applied by %s)", self.name, sn.name, rec.source)
         if not self._replaying:
             await self.register([sn])
-        for pod, context in self._waiting_for_node.pop(sn.name, {}).values():
-            await self._adopt(sn, pod, context)
+        for pod, context, learned in self._waiting_for_node.pop(sn.name, {}).values():
+            await self._adopt(sn, pod, context, learned)
         self._wake(sn, self.clock())
         return True
 
@@ -561,7 +562,8 @@ class KubeletAgent:
                 if not pod.node_name:  # re-created after it ended here, not bound yet: wait for its binding
                     self._unbound[uid] = pod
                 elif self.serve_applied_nodes:  # maybe a node applied but not seen yet
-                    self._waiting_for_node.setdefault(pod.node_name, {})[uid] = (pod, context)
+                    self._waiting_for_node.setdefault(pod.node_name, {})[uid] = (
+                        pod, context, self._record_clock if self._record_clock is not None else now)
                 return
             if is_terminal(pod):  # ended before we saw it (replay): remember it for its deletion
                 target.ended[uid] = pod
@@ -632,12 +634,13 @@ class KubeletAgent:
         del self._where[uid]
         return True
 
-    async def _adopt(self, sn: SimNode, pod: Pod, context: Context) -> None:
+    async def _adopt(self, sn: SimNode, pod: Pod, context: Context, learned: Optional[float] = None) -> None:
         """A pod newly bound to one of our nodes (or found there at start): admit it, then start
         it after the simulated delay; a pod already Running (our restart) is taken as it is."""
         now = self.clock()
         running = pod.phase == "Running"
-        learned = self._record_clock if self._record_clock is not None else now
+        if learned is None:  # when its record was read (see handle), else now
+            learned = self._record_clock if self._record_clock is not None else now
         sp = SimPod(pod, RUNNING if running else STARTING, context, start_at=learned + self.start_delay)
         if not running and not pod.meta.deletion_timestamp:
             if self._replaying:
