@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional, TypeVar
 
 from schedmesh.api.quantity import milli_value, value
 from schedmesh.api.types import Pod, ResourceList
@@ -209,6 +209,7 @@ def compute_pod_resource(pod: Pod) -> PodResource:
 # keeps one) computes each bound pod's resources: keyed by everything pod_requests reads.
 _RESOURCE_MEMO: dict[tuple, PodResource] = {}
 _RESOURCE_MEMO_MAX = 4096
+T = TypeVar("T")
 
 
 def resource_key(pod: Pod) -> tuple:
@@ -219,13 +220,17 @@ def resource_key(pod: Pod) -> tuple:
             tuple(pod.overhead.items()) if pod.overhead else ())
 
 
+def remembered(memo: dict, key, compute: Callable[[], T], limit: int = _RESOURCE_MEMO_MAX) -> T:
+    """memo[key], computed once (the memo is emptied when it reaches `limit` entries)."""
+    got = memo.get(key)
+    if got is None:
+        if len(memo) >= limit:
+            memo.clear()
+        got = memo[key] = compute()
+    return got
+
+
 def pod_resource(pod: Pod) -> PodResource:
     """compute_pod_resource, remembered per request shape (PodResource is never modified)."""
-    key = resource_key(pod)
-    got = _RESOURCE_MEMO.get(key)
-    if got is None:
-        if len(_RESOURCE_MEMO) >= _RESOURCE_MEMO_MAX:
-            _RESOURCE_MEMO.clear()
-        got = _RESOURCE_MEMO[key] = compute_pod_resource(pod)
-    return got
+    return remembered(_RESOURCE_MEMO, resource_key(pod), lambda: compute_pod_resource(pod))
 

@@ -27,6 +27,7 @@ from schedmesh.api.resources import (
     aggregate_container_requests,
     is_scalar_resource_name,
     pod_requests,
+    remembered,
     resource_key,
 )
 from schedmesh.api.types import Pod
@@ -57,21 +58,11 @@ def max_resource(requests: dict[str, Fraction]) -> Resource:
 # modified.
 _FIT_MEMO: dict[tuple, Resource] = {}
 _SCORING_MEMO: dict[tuple, tuple[int, ...]] = {}
-_MEMO_MAX = 4096
-
-
-def _remembered(memo: dict, key: tuple, compute):
-    got = memo.get(key)
-    if got is None:
-        if len(memo) >= _MEMO_MAX:
-            memo.clear()
-        got = memo[key] = compute()
-    return got
 
 
 def fit_request(pod: Pod) -> Resource:
     """computePodResourceRequest with PodLevelResources on (shared: never modify it)."""
-    return _remembered(_FIT_MEMO, resource_key(pod), lambda: max_resource(pod_requests(pod)))
+    return remembered(_FIT_MEMO, resource_key(pod), lambda: max_resource(pod_requests(pod)))
 
 
 def requests_nothing(r: Resource) -> bool:
@@ -82,7 +73,7 @@ def scoring_requests(pod: Pod, resource_names: Sequence[str], use_requested: boo
                      pod_level: bool) -> tuple[int, ...]:
     """calculatePodResourceRequestList: the pod's request of each scored resource (0 when absent)."""
     key = (resource_key(pod), tuple(resource_names), use_requested, pod_level)
-    return _remembered(_SCORING_MEMO, key,
+    return remembered(_SCORING_MEMO, key,
                        lambda: tuple(_scoring_requests(pod, resource_names, use_requested, pod_level)))
 
 
