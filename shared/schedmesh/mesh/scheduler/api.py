@@ -25,10 +25,22 @@ from schedmesh.mesh.scheduler.state import IN_FLIGHT
 
 log = logging.getLogger("schedmesh.queue_manager")
 
+# Read-your-writes for an Apply's namespaces, classes, budgets and nodes: it returns (and publishes
+# its pods) once this queue-manager's cache has read them, so no attempt after it is made on a
+# view without them (a preemptor decided without the PDBs applied beside its victims).
+APPLY_READ_TIMEOUT = 5.0
 
-async def _publish_concurrently(producer: EventProducer, recs: list, window: int = 256) -> None:
+
+async def _publish_concurrently(producer: EventProducer, recs: list, window: int = 256) -> dict[str, int]:
+    """Publish `recs`; returns the offsets to have read to see them all ("topic/partition" -> next offset)."""
+    upto: dict[str, int] = {}
     for i in range(0, len(recs), window):
-        await asyncio.gather(*(producer.send(t, v, key=k) for t, k, v in recs[i:i + window]))
+        for sent in await asyncio.gather(*(producer.send(t, v, key=k) for t, k, v in recs[i:i + window])):
+            if sent is None:  # a producer that does not say where (tests' stand-ins)
+                continue
+            key = f"{sent.topic}/{sent.partition}"
+            upto[key] = max(upto.get(key, 0), sent.offset + 1)
+    return upto
 
 
 def _comparable(obj):
@@ -92,7 +104,9 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         recs = records.manifest_records(plan.publish, source=qm.cfg.client_id)
         pod_recs = recs[-1:] if plan.publish.pods else []  # the pods are one batch record, last
         # Cluster-scoped objects and nodes first, then the pods; within a group, concurrently.
-        await _publish_concurrently(qm.producer, recs[:len(recs) - len(pod_recs)])
+        others = await _publish_concurrently(qm.producer, recs[:len(recs) - len(pod_recs)])
+        if others and not await asyncio.to_thread(qm.cache.wait_for, others, APPLY_READ_TIMEOUT):
+            log.warning("apply: the cache has not read the objects just published within %.0f s", APPLY_READ_TIMEOUT)
         with qm.cache.lock:
             # Write-through: a pod applied right after its PriorityClass or RuntimeClass (in the
             # next Apply) must find the class even before the record comes back from the broker.
