@@ -55,6 +55,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 
 from schedmesh.api import convert
+from schedmesh.api.evolve import evolve
 from schedmesh.api.quantity import QuantityError, parse_quantity
 from schedmesh.api.types import Node, ObjectMeta, Pod, PodCondition
 from schedmesh.bus import EventConsumer, EventProducer, Record, watcher_options
@@ -104,7 +105,7 @@ def running_pod(pod: Pod, now: float) -> Pod:
     keep = [c for c in pod.conditions if c.type not in ("Initialized", "ContainersReady", "Ready", "PodScheduled")]
     conditions = [PodCondition("PodScheduled", "True"), PodCondition("Initialized", "True"),
                   PodCondition("ContainersReady", "True"), PodCondition("Ready", "True"), *keep]
-    return dataclasses.replace(pod, phase="Running", start_time=pod.start_time or now, conditions=conditions)
+    return evolve(pod, phase="Running", start_time=pod.start_time or now, conditions=conditions)
 
 
 def failed_pod(pod: Pod, reason: str, message: str, extra: Sequence[PodCondition] = ()) -> Pod:
@@ -333,6 +334,7 @@ class KubeletAgent:
         self._timer_pushed = asyncio.Event()  # wakes reconcile_loop
         self._timers = Timers(self._timer_pushed.set)  # pod transitions
         self._record_clock: Optional[float] = None  # when the record being handled was read
+        self._record_ordinal = 0  # pods of that record learned so far (see _learned)
         self._checks = Timers(self._timer_pushed.set)  # evictor checks, by node name
         self._replaying = False
         self._restarts_handled = 0
@@ -464,7 +466,7 @@ class KubeletAgent:
         # fall due together, in one status record, in the record's order. Timed per pod, they
         # straddled reconcile passes, and a reader (the preemption service) could see some
         # started and some not, which made its start-time tie-break depend on timing.
-        self._record_clock = self.clock()
+        self._record_clock, self._record_ordinal = self.clock(), 0
         try:
             if r.topic == TOPIC_PODS:
                 for rec in expand(events_pb2.PodRecord.FromString(r.value)):
@@ -562,8 +564,7 @@ class KubeletAgent:
                 if not pod.node_name:  # re-created after it ended here, not bound yet: wait for its binding
                     self._unbound[uid] = pod
                 elif self.serve_applied_nodes:  # maybe a node applied but not seen yet
-                    self._waiting_for_node.setdefault(pod.node_name, {})[uid] = (
-                        pod, context, self._record_clock if self._record_clock is not None else now)
+                    self._waiting_for_node.setdefault(pod.node_name, {})[uid] = (pod, context, self._learned(now))
                 return
             if is_terminal(pod):  # ended before we saw it (replay): remember it for its deletion
                 target.ended[uid] = pod
@@ -639,8 +640,8 @@ class KubeletAgent:
         it after the simulated delay; a pod already Running (our restart) is taken as it is."""
         now = self.clock()
         running = pod.phase == "Running"
-        if learned is None:  # when its record was read (see handle), else now
-            learned = self._record_clock if self._record_clock is not None else now
+        if learned is None:
+            learned = self._learned(now)
         sp = SimPod(pod, RUNNING if running else STARTING, context, start_at=learned + self.start_delay)
         if not running and not pod.meta.deletion_timestamp:
             if self._replaying:
@@ -660,6 +661,16 @@ class KubeletAgent:
             self._wake(sn, now)
         if pod.meta.deletion_timestamp:
             await self._begin_termination(sn, sp, pod, context)
+
+    def _learned(self, now: float) -> float:
+        """When a pod was learned: its record's clock (see handle) plus a microsecond per pod
+        before it in the record, else now. Its start time follows from it, so the pods of one
+        record start in the record's order even when some wait for their node's record (read
+        later: a fetch cut at a hole, see bus.consumer) and start in a later pass."""
+        if self._record_clock is None:
+            return now
+        self._record_ordinal += 1
+        return self._record_clock + (self._record_ordinal - 1) * 1e-6
 
     async def _admit(self, sn: SimNode, pod: Pod) -> bool:
         """The kubelet's admission; a refused pod ends Failed with a Warning event."""
@@ -758,10 +769,11 @@ class KubeletAgent:
         """Start the pods due now: one record of status reports and one of Started events."""
         now = self.clock()
         updates, events = [], []
-        for i, (sn, sp) in enumerate(due):
-            # A kubelet reads the clock per pod it syncs: start times increase in start order
-            # (preemption prefers the node whose most important victims started last).
-            pod = running_pod(sp.pod, now + i * 1e-6)
+        for sn, sp in due:
+            # Started when due (learned + start delay: see _learned), not when this pass runs:
+            # start times increase in the order the pods were learned (preemption prefers the
+            # node whose most important victims started last), whatever pass starts them.
+            pod = running_pod(sp.pod, min(sp.start_at, now))
             sp.state = RUNNING
             sn.update(sp, pod)
             if sp.usage is not NO_USAGE:
