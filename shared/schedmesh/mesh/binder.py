@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import os
 import time
@@ -27,6 +26,7 @@ import grpc
 from opentelemetry import trace
 
 from schedmesh.api import convert
+from schedmesh.api.evolve import evolve
 from schedmesh.framework.profile import DEFAULT_SCHEDULER_NAME
 from schedmesh.api.types import Pod, PodCondition
 from schedmesh.bus import EventProducer, Record
@@ -80,7 +80,7 @@ def bound_pod(pod: Pod, node_name: str) -> Pod:
     """The pod as the binding stores it: spec.nodeName set, PodScheduled=True."""
     conditions = [c for c in pod.conditions if c.type != "PodScheduled"]
     conditions.insert(0, PodCondition("PodScheduled", "True"))
-    return dataclasses.replace(pod, node_name=node_name, conditions=conditions)
+    return evolve(pod, node_name=node_name, conditions=conditions)
 
 
 # The reason of a binding whose record the broker did not acknowledge: it may still be in the log,

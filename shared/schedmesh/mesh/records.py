@@ -7,10 +7,10 @@ reports as deltas (PodRecord.update) rather than whole pods. Readers flatten a r
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Iterable, Sequence, TypeVar
 
 from schedmesh.api import convert
+from schedmesh.api.evolve import evolve
 from schedmesh.api.load import Manifests
 from schedmesh.api.types import (Namespace, Node, NodeCondition, Pod, PodCondition, PodDisruptionBudget,
                                  PriorityClass, RuntimeClass, Taint)
@@ -160,8 +160,8 @@ def apply_update(pod: Pod, u: events_pb2.PodUpdate) -> Pod:
     if u.status_message:
         changes["status_message"] = u.status_message
     if u.deletion_timestamp and pod.meta.deletion_timestamp is None:
-        changes["meta"] = dataclasses.replace(pod.meta, deletion_timestamp=u.deletion_timestamp)
-    return dataclasses.replace(pod, **changes)
+        changes["meta"] = evolve(pod.meta, deletion_timestamp=u.deletion_timestamp)
+    return evolve(pod, **changes)
 
 
 def node_update(name: str, *, conditions: Sequence[NodeCondition] = (), taints: Sequence[Taint] | None = None,
@@ -220,7 +220,7 @@ def apply_node_update(node: Node, u: events_pb2.NodeUpdate) -> Node:
                                         [_taint_from(t) for t in u.remove_taints])
     if u.HasField("unschedulable"):
         changes["unschedulable"] = u.unschedulable
-    return dataclasses.replace(node, **changes) if changes else node
+    return evolve(node, **changes) if changes else node
 
 
 async def publish(producer, records: Iterable[tuple[str, str, bytes]]) -> None:
