@@ -6,7 +6,7 @@
 * gRPC metadata: :func:`inject_grpc_metadata`, :func:`extract_grpc_metadata`,
   :func:`client_interceptors` (grpc.aio channel) and :func:`server_interceptor` (grpc.aio
   server), from the maintained opentelemetry-instrumentation-grpc.
-* Span conventions: :func:`k8s_attributes`, :func:`set_pod`, :func:`set_node`,
+* Span conventions: :func:`child_span` (a child only of a recorded span), :func:`k8s_attributes`, :func:`set_pod`, :func:`set_node`,
   :func:`set_error` (``k8s.pod.name``, ``k8s.namespace.name``, ``k8s.node.name``; errors
   as span status).
 * Logs: :func:`setup_logging` - klog-style text or JSON lines, with the current span's
@@ -18,7 +18,7 @@
 * :mod:`schedmesh.telemetry.testing` - an in-process OTLP receiver for tests.
 """
 
-from schedmesh.telemetry.conventions import k8s_attributes, set_error, set_node, set_pod
+from schedmesh.telemetry.conventions import child_span, k8s_attributes, set_error, set_node, set_pod
 from schedmesh.telemetry.grpc_tracing import client_interceptors, server_interceptor
 from schedmesh.telemetry.logs import TraceContextFilter, in_pod_context, pod_context, setup_logging, v
 from schedmesh.telemetry.propagation import (
@@ -37,6 +37,7 @@ from schedmesh.telemetry.setup import (
 
 __all__ = [
     "TraceContextFilter",
+    "child_span",
     "client_interceptors",
     "extract_grpc_metadata",
     "extract_kafka_headers",

@@ -8,7 +8,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from schedmesh.api.types import ObjectMeta, Pod
-from schedmesh.telemetry import k8s_attributes, service_resource, set_error, set_node, set_pod
+from schedmesh.telemetry import child_span, k8s_attributes, service_resource, set_error, set_node, set_pod
 
 
 @pytest.fixture
@@ -59,3 +59,18 @@ def test_service_resource(monkeypatch: pytest.MonkeyPatch) -> None:
     attrs = service_resource("filter-worker-1").attributes
     assert (attrs["service.name"], attrs["service.namespace"], attrs["service.instance.id"]) == (
         "filter-worker", "other", "fw-1")
+
+
+def test_child_span_only_under_a_recorded_span(spans) -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+    tracer, exporter = spans
+    with tracer.start_as_current_span("root"):
+        with child_span(tracer, "child", attributes={"a": 1}) as child:
+            assert child.is_recording()
+    assert [s.name for s in exporter.get_finished_spans()] == ["child", "root"]
+    off = TracerProvider(sampler=ALWAYS_OFF).get_tracer("off")
+    with off.start_as_current_span("root") as root:
+        assert root.get_span_context().trace_id  # an id all the same
+        with child_span(off, "child"):
+            assert trace.get_current_span() is root  # no span made

@@ -25,7 +25,7 @@ from schedmesh.queue.scheduling_queue import QueueError
 from schedmesh.scheduling.cycle import Diagnosis, FitError, NoNodesAvailableError, run_post_filter
 from schedmesh.plugins.default_preemption.plugin import NAME as DEFAULT_PREEMPTION
 from schedmesh.telemetry import inject_grpc_metadata, metrics
-from schedmesh.telemetry import in_pod_context, k8s_attributes, pod_context, set_error, set_node, v
+from schedmesh.telemetry import child_span, in_pod_context, k8s_attributes, pod_context, set_error, set_node, v
 from schedmesh.mesh.scheduler.state import AssumedPod, PodNotes, trace_id_of
 
 log = logging.getLogger("schedmesh.queue_manager")
@@ -36,7 +36,7 @@ def trace_method(obj: Any, method: str, span_name: str) -> None:
     inner = getattr(obj, method)
 
     def traced(*a, **kw):
-        with tracer.start_as_current_span(span_name):
+        with child_span(tracer, span_name):
             return inner(*a, **kw)
     setattr(obj, method, traced)
 
@@ -68,7 +68,7 @@ class TracedEvaluator(FanOutEvaluator):
         t0 = time.perf_counter()
         attrs = {"schedmesh.batch_trace_id": self._batch.trace_id} if self._batch is not None else None
         try:
-            with tracer.start_as_current_span("filter", attributes=attrs):
+            with child_span(tracer, "filter", attributes=attrs):
                 return super().filter(*a, **kw)
         finally:
             self.filter_seconds += time.perf_counter() - t0
@@ -76,7 +76,7 @@ class TracedEvaluator(FanOutEvaluator):
     def raw_scores(self, *a, **kw):
         t0 = time.perf_counter()
         try:
-            with tracer.start_as_current_span("score"):
+            with child_span(tracer, "score"):
                 return super().raw_scores(*a, **kw)
         finally:
             self.score_seconds += time.perf_counter() - t0
@@ -250,7 +250,8 @@ class ScheduleOne:
         try:
             with pod_context(pod, root):  # every line of the attempt carries its pod and trace
                 start_ns = int(qpi.timestamp * 1e9) if qpi.timestamp else None
-                tracer.start_span("queue_wait", context=ctx, start_time=start_ns).end()
+                if root.is_recording():
+                    tracer.start_span("queue_wait", context=ctx, start_time=start_ns).end()
                 state = CycleState()
                 fit_err: Optional[FitError] = None
                 preempt_req = None
@@ -258,7 +259,7 @@ class ScheduleOne:
                 waiting = False
                 with self.cache.lock:
                     try:
-                        with tracer.start_as_current_span("cycle"):
+                        with child_span(tracer, "cycle"):
                             res = self.algo.schedule_pod(fw, state, pod, self.cache.snapshot, nominator=self.queue)
                     except FitError as e:
                         fit_err = e
@@ -270,8 +271,8 @@ class ScheduleOne:
                             self._post_filter_locally(fw, state, pod, e)
                     if fit_err is None:
                         host = res.suggested_host
-                        with tracer.start_as_current_span("select", attributes=k8s_attributes(node=host)):
-                            pass
+                        if root.is_recording():
+                            tracer.start_span("select", attributes=k8s_attributes(node=host)).end()
                         # Assume (kube's assume also drops the pod's nomination).
                         self.cache.snapshot.add_pod(pod, host)
                         self.queue.delete_nominated_pod_if_exists(pod)
