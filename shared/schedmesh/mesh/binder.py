@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -37,7 +38,7 @@ from schedmesh.mesh.cluster_cache import STATE_TOPICS, TOPIC_EVENTS, TOPIC_PODS,
 from schedmesh.mesh.records import (binding_update, event_batch_record, expand, pod_batch_record, pod_message,
                                     publish)
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
-from schedmesh.telemetry import k8s_attributes, metrics, set_error
+from schedmesh.telemetry import k8s_attributes, metrics, records_under, set_error
 from schedmesh.telemetry.logs import pod_key
 from schedmesh.telemetry.propagation import extract_kafka_headers, inject_kafka_headers
 from schedmesh.v1 import binder_pb2, binder_pb2_grpc, events_pb2
@@ -192,7 +193,13 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         """The binding delta and the Scheduled event of one pod, inside the binder's span of that
         pod's trace; the delta carries this span on to the kubelet agent."""
         ctx = extract_kafka_headers([("traceparent", traceparent.encode())]) if traceparent else None
-        with tracer.start_as_current_span("bind", context=ctx, attributes=k8s_attributes(pod, node)):
+        if records_under(tracer, ctx):
+            span = tracer.start_as_current_span("bind", context=ctx, attributes=k8s_attributes(pod, node))
+        elif ctx is not None:  # the span would not be recorded: the trace goes on from the caller's span
+            span = trace.use_span(trace.get_current_span(ctx), end_on_exit=False)
+        else:
+            span = contextlib.nullcontext()
+        with span:
             here = dict(inject_kafka_headers([])).get("traceparent", b"").decode()
             if pod.uid in self.ledger.cache.pods:
                 update = binding_update(pod, node, self.name, here)

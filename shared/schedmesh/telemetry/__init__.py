@@ -18,7 +18,7 @@
 * :mod:`schedmesh.telemetry.testing` - an in-process OTLP receiver for tests.
 """
 
-from schedmesh.telemetry.conventions import child_span, k8s_attributes, set_error, set_node, set_pod
+from schedmesh.telemetry.conventions import child_span, k8s_attributes, records_under, set_error, set_node, set_pod
 from schedmesh.telemetry.grpc_tracing import client_interceptors, server_interceptor
 from schedmesh.telemetry.logs import TraceContextFilter, in_pod_context, pod_context, setup_logging, v
 from schedmesh.telemetry.propagation import (
@@ -47,6 +47,7 @@ __all__ = [
     "k8s_attributes",
     "make_tracer_provider",
     "pod_context",
+    "records_under",
     "server_interceptor",
     "service_resource",
     "set_error",

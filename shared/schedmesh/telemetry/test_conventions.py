@@ -8,7 +8,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from schedmesh.api.types import ObjectMeta, Pod
-from schedmesh.telemetry import child_span, k8s_attributes, service_resource, set_error, set_node, set_pod
+from schedmesh.telemetry import child_span, k8s_attributes, records_under, service_resource, set_error, set_node, set_pod
 
 
 @pytest.fixture
@@ -74,3 +74,29 @@ def test_child_span_only_under_a_recorded_span(spans) -> None:
         assert root.get_span_context().trace_id  # an id all the same
         with child_span(off, "child"):
             assert trace.get_current_span() is root  # no span made
+
+
+@pytest.mark.parametrize("sampler, flags, recorded", [
+    ("parentbased_always_on", "01", True),
+    ("parentbased_always_on", "00", False),
+    ("always_off", "01", False),
+    ("always_on", "00", True),
+])
+def test_records_under_a_remote_parent(sampler, flags, recorded) -> None:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, DEFAULT_ON
+    from schedmesh.telemetry import extract_kafka_headers
+    provider = TracerProvider(sampler={"parentbased_always_on": DEFAULT_ON, "always_off": ALWAYS_OFF,
+                                       "always_on": ALWAYS_ON}[sampler])
+    parent = extract_kafka_headers([("traceparent", f"00-{'a' * 32}-{'b' * 16}-{flags}".encode())])
+    tracer = provider.get_tracer("t")
+    assert records_under(tracer, parent) is recorded
+    with tracer.start_as_current_span("s", context=parent) as span:
+        assert span.is_recording() is recorded  # what the SDK itself decides
+    assert records_under(trace.NoOpTracer(), parent) is False
+
+
+def test_records_under_no_parent_leaves_it_to_the_sampler() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+    assert records_under(TracerProvider().get_tracer("t"), None) is True
+    assert records_under(TracerProvider(sampler=ALWAYS_OFF).get_tracer("t"), None) is False
