@@ -64,8 +64,10 @@ class _BindWatcher:
     """Follows schedmesh.pods and schedmesh.events in a background thread; records when each
     watched pod is first seen bound, and when it first failed to schedule (FailedScheduling)."""
 
-    def __init__(self, bootstrap: str, prefix: str) -> None:
-        self.bootstrap, self.prefix = bootstrap, prefix
+    def __init__(self, bootstrap: str, prefix: str, failures: bool = True) -> None:
+        # failures=False: schedmesh.events is not followed (only the unschedulable pods' first
+        # FailedScheduling is looked for there, and every event record would be parsed for it)
+        self.bootstrap, self.prefix, self.failures = bootstrap, prefix, failures
         self.bound: dict[str, float] = {}
         self.nodes: dict[str, str] = {}
         self.names: dict[str, str] = {}  # uid -> name of the bench's pods
@@ -100,7 +102,8 @@ class _BindWatcher:
         from schedmesh.mesh.records import expand
         from schedmesh.v1 import events_pb2
         # idle_poll_ms=0: a dozing watcher would add its own poll to the latencies it measures
-        consumer = EventConsumer(self.bootstrap, [TOPIC_PODS, TOPIC_EVENTS], from_beginning=False,
+        topics = [TOPIC_PODS, TOPIC_EVENTS] if self.failures else [TOPIC_PODS]
+        consumer = EventConsumer(self.bootstrap, topics, from_beginning=False,
                                  client_id=f"bench-{self.prefix}", idle_poll_ms=0)
         await consumer.start()
         self.ready.set()
@@ -255,7 +258,7 @@ def main(args: argparse.Namespace) -> int:
         state, _sup = start_mesh(args.filter_workers, args.score_workers, str(base / "pool.yaml"), args.config,
                                  detach=True, base=base, quiet=True, tie_break=args.tie_break)
     client: Optional[Client] = None
-    watcher = _BindWatcher(state.bootstrap, prefix)
+    watcher = _BindWatcher(state.bootstrap, prefix, failures=bool(unschedulable))
     try:
         client = Client(state, timeout=120)
         if args.use_running:
