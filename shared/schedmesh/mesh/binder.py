@@ -40,7 +40,7 @@ from schedmesh.mesh.records import (binding_update, event_batch_record, expand, 
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
 from schedmesh.telemetry import k8s_attributes, metrics, records_under, set_error
 from schedmesh.telemetry.logs import pod_key
-from schedmesh.telemetry.propagation import extract_kafka_headers, inject_kafka_headers
+from schedmesh.telemetry.propagation import extract_kafka_headers, traceparent_of
 from schedmesh.v1 import binder_pb2, binder_pb2_grpc, events_pb2
 
 log = logging.getLogger("schedmesh.binder")
@@ -200,7 +200,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         else:
             span = contextlib.nullcontext()
         with span:
-            here = dict(inject_kafka_headers([])).get("traceparent", b"").decode()
+            here = traceparent_of(trace.get_current_span())
             if pod.uid in self.ledger.cache.pods:
                 update = binding_update(pod, node, self.name, here)
             else:  # readers cannot know this pod yet: publish it whole

@@ -75,6 +75,16 @@ def test_kafka_headers_roundtrip() -> None:
     )
 
 
+def test_traceparent_of_is_what_the_propagator_injects() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+    from schedmesh.telemetry.propagation import traceparent_of
+    for provider in (TracerProvider(), TracerProvider(sampler=ALWAYS_OFF)):  # sampled flag 01, then 00
+        span = provider.get_tracer("t").start_span("root")
+        injected = dict(inject_kafka_headers([], context=trace.set_span_in_context(span)))["traceparent"].decode()
+        assert traceparent_of(span) == injected
+    assert traceparent_of(trace.INVALID_SPAN) == ""
+
+
 def test_extract_without_headers_is_empty_context() -> None:
     for carrier in (None, [], [("x-app", b"1")], [("traceparent", b"garbage")]):
         ctx = extract_kafka_headers(carrier)

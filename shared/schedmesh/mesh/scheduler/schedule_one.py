@@ -26,6 +26,7 @@ from schedmesh.scheduling.cycle import Diagnosis, FitError, NoNodesAvailableErro
 from schedmesh.plugins.default_preemption.plugin import NAME as DEFAULT_PREEMPTION
 from schedmesh.telemetry import inject_grpc_metadata, metrics
 from schedmesh.telemetry import child_span, in_pod_context, k8s_attributes, pod_context, set_error, set_node, v
+from schedmesh.telemetry.propagation import traceparent_of
 from schedmesh.mesh.scheduler.state import AssumedPod, PodNotes, trace_id_of
 
 log = logging.getLogger("schedmesh.queue_manager")
@@ -145,9 +146,7 @@ class ScheduleOne:
             root = self._early_roots.get(pod.uid)
             if root is None:
                 root = self._early_roots[pod.uid] = self._root_span(pod)
-            ctx = root.get_span_context()
-            parents[pod.uid] = dict(inject_grpc_metadata(context=trace.set_span_in_context(root))).get(
-                "traceparent", "") if ctx.is_valid else ""
+            parents[pod.uid] = traceparent_of(root)
         return self._batch_prep.submit(self.evaluator.prepare_batch, self.algo, items, self.cache.lock,
                                        lambda: self.cache.snapshot, self.queue, parents, start)
 
@@ -305,7 +304,7 @@ class ScheduleOne:
                         self._unschedulable(qpi, cycle, fit_err, trace_id, root)
                     return metrics.UNSCHEDULABLE
                 set_node(root, host)
-                a.traceparent = dict(inject_grpc_metadata(context=ctx)).get("traceparent", "")
+                a.traceparent = traceparent_of(root)
                 handed_off = True
                 if waiting:
                     # Held aside, still assumed: the binding cycle gets it once answered, and its
