@@ -95,9 +95,20 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                                 "\n".join(plan.errors) + "\n(nothing was applied)")
         warnings += plan.warnings
         now = time.time()
+        created = 0
         for p in plan.publish.pods:
             if p.meta.creation_timestamp is None:
-                p.meta.creation_timestamp = now
+                # The API server creates an Apply's pods one after another: a microsecond apart,
+                # in the manifest's order.
+                p.meta.creation_timestamp = now + created * 1e-6
+                created += 1
+                if p.node_name and p.start_time is None:
+                    # Created bound (a cluster replayed as manifests): started at its creation, as
+                    # explain and the recordings take such a pod, not half a second later when
+                    # the kubelet agent reports it. A preemptor applied in between would otherwise
+                    # see its victims unstarted ("now" for kube: a tie on start times, which goes
+                    # to the smallest node name), where the recording saw them started in order.
+                    p.start_time = p.meta.creation_timestamp
             p.meta.resource_version = qm.next_resource_version()
         # Its own pods come back through Kafka; the cache then takes these objects as they are.
         qm.cache.expect(plan.publish.pods)
