@@ -164,6 +164,7 @@ class SimPod:
     state: str  # Starting | Running | Terminating
     context: Context = field(default_factory=Context)  # trace context of what caused the next transition
     start_at: float = 0.0
+    order: int = 0  # its place in the record it was learned from (see KubeletAgent._learned)
     kill_at: float = 0.0
     usage: PodUsage = NO_USAGE  # what it uses while running (the simulated-usage annotation)
     end: Optional[PodEnd] = None  # set when evicted: Failed status instead of a tombstone
@@ -318,7 +319,7 @@ class KubeletAgent:
         # end their pods. Pods bound to such a node before its record arrives wait for it.
         self.serve_applied_nodes = frozenset(serve_applied_nodes)
         # pods bound to an applied node not served yet: (pod, trace context, when its record was read)
-        self._waiting_for_node: dict[str, dict[str, tuple[Pod, Context, float]]] = {}
+        self._waiting_for_node: dict[str, dict[str, tuple[Pod, Context, tuple[float, int]]]] = {}
         self.clock = clock
         self.nodes: dict[str, SimNode] = {}
         for spec in nodes:
@@ -635,14 +636,16 @@ class KubeletAgent:
         del self._where[uid]
         return True
 
-    async def _adopt(self, sn: SimNode, pod: Pod, context: Context, learned: Optional[float] = None) -> None:
+    async def _adopt(self, sn: SimNode, pod: Pod, context: Context,
+                     learned: Optional[tuple[float, int]] = None) -> None:
         """A pod newly bound to one of our nodes (or found there at start): admit it, then start
         it after the simulated delay; a pod already Running (our restart) is taken as it is."""
         now = self.clock()
         running = pod.phase == "Running"
         if learned is None:
             learned = self._learned(now)
-        sp = SimPod(pod, RUNNING if running else STARTING, context, start_at=learned + self.start_delay)
+        sp = SimPod(pod, RUNNING if running else STARTING, context, start_at=learned[0] + self.start_delay,
+                    order=learned[1])
         if not running and not pod.meta.deletion_timestamp:
             if self._replaying:
                 sp.admitted = False  # admitted once the replay is over, against the pods found
@@ -662,15 +665,16 @@ class KubeletAgent:
         if pod.meta.deletion_timestamp:
             await self._begin_termination(sn, sp, pod, context)
 
-    def _learned(self, now: float) -> float:
-        """When a pod was learned: its record's clock (see handle) plus a microsecond per pod
-        before it in the record, else now. Its start time follows from it, so the pods of one
-        record start in the record's order even when some wait for their node's record (read
-        later: a fetch cut at a hole, see bus.consumer) and start in a later pass."""
+    def _learned(self, now: float) -> tuple[float, int]:
+        """When a pod was learned and its place in that record: its record's clock (see handle)
+        and the number of pods before it there, else (now, 0). The pods of one record fall due
+        together (one pass, one status record) and their start times follow from these, a
+        microsecond apart in the record's order, even for pods that wait for their node's record
+        (read later: a fetch cut at a hole, see bus.consumer) and start in a later pass."""
         if self._record_clock is None:
-            return now
+            return now, 0
         self._record_ordinal += 1
-        return self._record_clock + (self._record_ordinal - 1) * 1e-6
+        return self._record_clock, self._record_ordinal - 1
 
     async def _admit(self, sn: SimNode, pod: Pod) -> bool:
         """The kubelet's admission; a refused pod ends Failed with a Warning event."""
@@ -773,7 +777,7 @@ class KubeletAgent:
             # Started when due (learned + start delay: see _learned), not when this pass runs:
             # start times increase in the order the pods were learned (preemption prefers the
             # node whose most important victims started last), whatever pass starts them.
-            pod = running_pod(sp.pod, min(sp.start_at, now))
+            pod = running_pod(sp.pod, min(sp.start_at, now) + sp.order * 1e-6)
             sp.state = RUNNING
             sn.update(sp, pod)
             if sp.usage is not NO_USAGE:

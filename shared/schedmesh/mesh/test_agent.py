@@ -71,8 +71,8 @@ async def test_pods_waiting_for_their_node_start_in_their_records_order() -> Non
     allocatable = {k: parse_quantity(v) for k, v in {"cpu": "4", "memory": "8Gi", "pods": "110"}.items()}
     await read(NODES, node_record(Node(ObjectMeta(name="node-b"), allocatable=allocatable), source="api"))
     await read(PODS, pod_batch_record([pod_message(p, source="api") for p in pods], "api"))
-    now[0] += 1.0
-    await agent.reconcile()  # starts node-b's pods
+    now[0] += agent.start_delay
+    await agent.reconcile()  # starts node-b's pods, all due at once (the record's clock + the delay)
     await read(NODES, node_record(Node(ObjectMeta(name="node-a"), allocatable=allocatable), source="api"))
     now[0] += 1.0
     await agent.reconcile()  # starts node-a's pods, a pass later
