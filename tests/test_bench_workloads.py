@@ -19,7 +19,7 @@ import pytest
 from schedmesh.api.load import admit_all, load_files, load_text
 from schedmesh.api.to_json import node_to_json, pod_to_json
 from schedmesh.bench.cycle_bench import run as run_cycle_bench, schedule_in_process
-from schedmesh.bench.mesh_bench import _pool_for
+from schedmesh.bench.mesh_bench import _pool_for, cpu_ms_per_pod, cpu_seconds
 from schedmesh.bench.workloads import SHAPES, WORKLOAD_NAMES, ZONE_LABEL, build, default_sizes
 from schedmesh.cli.explain import Explainer, fill_times, load_profiles
 from schedmesh.mesh.nodepool import load_pools
@@ -295,4 +295,21 @@ def test_schedmesh_bench_through_a_real_mesh_prints_its_json(tmp_path):
     assert (result["workload"], result["nodes"], result["pods"], result["scheduled"]) == ("Unschedulable", 20, 12, 12)
     assert (result["unschedulable_pods"], result["unschedulable_bound"]) == (6, 0)
     assert result["pods_per_second"] > 0 and result["peak_rss_mib"] > 0
+    cpu = result["cpu_ms_per_pod"]
+    assert {"queue-manager", "binder", "kubelet-agent", "broker", "bench-client", "total"} <= set(cpu), cpu
+    assert all(v >= 0 for v in cpu.values()) and cpu["queue-manager"] > 0
+    assert cpu["total"] == pytest.approx(sum(v for k, v in cpu.items() if k != "total"), abs=0.01)
     assert not list(tmp_path.glob(".schedmesh/mesh.json"))  # the bench's mesh is stopped
+
+
+def test_cpu_seconds_reads_the_processes_and_their_children():
+    """The bench's per-process CPU: each named process with its children (this test process
+    stands in for a mesh process), and the client's own."""
+    from schedmesh.cli.supervisor import ProcInfo
+    spin_until = __import__("time").process_time() + 0.05
+    while __import__("time").process_time() < spin_until:
+        pass
+    got = cpu_seconds([ProcInfo("me", "m", 0, pid=os.getpid()), ProcInfo("never-started", "m", 0)])
+    assert set(got) == {"me", "bench-client"} and got["me"] >= 0.05
+    per = cpu_ms_per_pod({"me": 1.0}, {"me": 3.0, "bench-client": 0.5}, pods=1000)
+    assert per == {"me": 2.0, "bench-client": 0.5, "total": 2.5}

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import json
+import os
 import shutil
 import signal
 import sys
@@ -222,6 +223,38 @@ def peak_rss_mib(pids: list[int]) -> float:
     return total / 1024
 
 
+def cpu_seconds(procs) -> dict[str, float]:
+    """CPU seconds (user + system) each of the mesh's processes has used so far, children
+    included (the broker's Tansu), by process name, and this client's own as "bench-client"."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for p in procs:
+        if not p.pid:
+            continue
+        total = 0
+        for pid in _descendants(p.pid):
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        out[p.name] = total / tick
+    own = os.times()
+    out["bench-client"] = own.user + own.system
+    return out
+
+
+def cpu_ms_per_pod(before: dict[str, float], after: dict[str, float], pods: int) -> dict[str, float]:
+    """CPU milliseconds per scheduled pod of each process over the measured phase, and their total:
+    where the time goes, in every run's JSON."""
+    def used(name: str) -> float:
+        spent = after[name] - before.get(name, 0.0)
+        return spent if spent >= 0 else after[name]  # restarted meanwhile: the new process's own
+    per = {name: round(1000 * used(name) / max(pods, 1), 3) for name in after}
+    per["total"] = round(sum(per.values()), 3)
+    return per
+
+
 def _apply(client, items: list[dict], source: str) -> None:
     from schedmesh.v1 import queue_pb2
     client.call("Apply", queue_pb2.ApplyRequest(manifest=json.dumps({"apiVersion": "v1", "kind": "List",
@@ -318,6 +351,7 @@ def main(args: argparse.Namespace) -> int:
         names = [d["metadata"]["name"] for d in docs]
         log(f"bench: submitting {len(docs)} pods in batches of {args.batch}")
         submitted: dict[str, float] = {}
+        cpu_before = cpu_seconds(state.procs)
         t0 = time.time()
         if args.rate > 0:
             # One Apply every 20 ms carrying the pods due by then, sent on schedule whatever the
@@ -352,6 +386,7 @@ def main(args: argparse.Namespace) -> int:
             sys.stderr.write("\n")
         if watcher.error:
             raise MeshError(f"watching schedmesh.pods failed: {watcher.error}")
+        cpu_after = cpu_seconds(state.procs)
         bound = [n for n in names if n in watcher.bound]
         lat = sorted((watcher.bound[n] - submitted[n]) * 1000 for n in bound)
         last = max((watcher.bound[n] for n in bound), default=time.time())
@@ -372,6 +407,7 @@ def main(args: argparse.Namespace) -> int:
             "filter_shards": state.filter_shards, "score_shards": state.score_shards,
             "offered_rate": args.rate or None,
             "peak_rss_mib": round(peak_rss_mib([p.pid for p in state.procs]), 1),
+            "cpu_ms_per_pod": cpu_ms_per_pod(cpu_before, cpu_after, len(bound)),
             "mesh": "running" if args.use_running else "own",
         }
         print(json.dumps(result))
