@@ -81,7 +81,7 @@ class PodAudit:
     """What the pods topic said about each pod over the whole run."""
     names: dict[str, str] = field(default_factory=dict)         # uid -> name
     bindings: dict[str, list[str]] = field(default_factory=dict)  # uid -> nodes, consecutive repeats removed
-    unbound_after_bound: dict[str, list[str]] = field(default_factory=dict)  # uid -> publishers, in order
+    unbound_after_bound: dict[str, list[str]] = field(default_factory=dict)  # uid -> publications, in order
     deleted: set[str] = field(default_factory=set)
     terminating_at: dict[str, float] = field(default_factory=dict)  # uid -> when its deletion was first requested
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -106,7 +106,14 @@ class PodAudit:
                         self.deleted.add(uid)
                         continue
                     if not node and self.bindings.get(uid):
-                        self.unbound_after_bound.setdefault(uid, []).append(rec.source or outer.source or "?")
+                        # who and which path: its version, phase and PodScheduled condition, and the
+                        # size of the batch it came in (an Apply, a re-publication, a failed attempt)
+                        scheduled = next((f"{c.status}/{c.reason}" for c in rec.pod.conditions
+                                          if c.type == "PodScheduled"), "-")
+                        self.unbound_after_bound.setdefault(uid, []).append(
+                            f"{rec.source or outer.source or '?'} (rv {rec.pod.metadata.resource_version}, "
+                            f"{rec.pod.phase or 'Pending'}, PodScheduled {scheduled}, "
+                            f"batch of {len(outer.batch) or 1})")
                 if node:
                     seen = self.bindings.setdefault(uid, [])
                     if not seen or seen[-1] != node:
