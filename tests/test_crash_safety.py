@@ -82,14 +82,23 @@ class PodAudit:
     names: dict[str, str] = field(default_factory=dict)         # uid -> name
     bindings: dict[str, list[str]] = field(default_factory=dict)  # uid -> nodes, consecutive repeats removed
     unbound_after_bound: dict[str, list[str]] = field(default_factory=dict)  # uid -> publications, in order
+    # bound so far in the log being read: a restarted broker's log is read again from its start
+    # (the consumer's epoch), so a record delivered just before the restart was noticed comes
+    # again after it, before that log's bindings; checked against the earlier reading it would
+    # look like an unbound copy after a binding when the log itself has none
+    bound_in_log: set[str] = field(default_factory=set)
+    epoch: int = 0
     deleted: set[str] = field(default_factory=set)
     terminating_at: dict[str, float] = field(default_factory=dict)  # uid -> when its deletion was first requested
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, value: Optional[bytes]) -> None:
+    def add(self, value: Optional[bytes], epoch: int = 0) -> None:
         if not value:
             return
         with self.lock:
+            if epoch != self.epoch:
+                self.epoch = epoch
+                self.bound_in_log.clear()
             outer = events_pb2.PodRecord.FromString(value)
             for rec in records.expand(outer):
                 if rec.HasField("update"):
@@ -105,7 +114,7 @@ class PodAudit:
                     if rec.deleted:
                         self.deleted.add(uid)
                         continue
-                    if not node and self.bindings.get(uid):
+                    if not node and uid in self.bound_in_log:
                         # who and which path: its version, phase and PodScheduled condition, and the
                         # size of the batch it came in (an Apply, a re-publication, a failed attempt)
                         scheduled = next((f"{c.status}/{c.reason}" for c in rec.pod.conditions
@@ -115,6 +124,7 @@ class PodAudit:
                             f"{rec.pod.phase or 'Pending'}, PodScheduled {scheduled}, "
                             f"batch of {len(outer.batch) or 1})")
                 if node:
+                    self.bound_in_log.add(uid)
                     seen = self.bindings.setdefault(uid, [])
                     if not seen or seen[-1] != node:
                         seen.append(node)
@@ -141,11 +151,11 @@ class Auditor(threading.Thread):
     async def _follow(self) -> None:
         async with EventConsumer(self.bootstrap, [TOPIC_PODS], client_id="test-crash-audit") as consumer:
             for r in await consumer.catch_up(60):
-                self.audit.add(r.value)
+                self.audit.add(r.value, r.epoch)
             self.ready.set()
             while not self._stopping.is_set():
                 for r in await consumer.getmany(timeout=0.3):
-                    self.audit.add(r.value)
+                    self.audit.add(r.value, r.epoch)
 
     def stop(self) -> None:
         self._stopping.set()
