@@ -164,9 +164,9 @@ def nodes_of(records: list[Record], source: str = AGENT) -> dict[str, events_pb2
     out = {}
     for r in records:
         if r.topic == TOPIC_NODES and r.value:
-            rec = events_pb2.NodeRecord.FromString(r.value)
-            if rec.source == source:
-                out[rec.node.metadata.name] = rec
+            for rec in expand(events_pb2.NodeRecord.FromString(r.value)):  # an agent registers in batches
+                if rec.source == source:
+                    out[rec.node.metadata.name] = rec
     return out
 
 

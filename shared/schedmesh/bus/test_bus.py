@@ -9,6 +9,7 @@ and start it on the same port) and are skipped on Kafka.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import time
@@ -154,6 +155,40 @@ async def test_ensure_topics_is_idempotent(kafka: KafkaTarget, topic: TopicSpec)
         assert await watch.partitions(topic.name) == [0, 1, 2]
     finally:
         await watch.close()
+
+
+def test_state_topics_are_kept_whole_and_leases_compacted() -> None:
+    """Batch records (keyed batch/<writer>) and deltas keyed like their object: compaction would
+    keep a delta and drop the object it applies to."""
+    from schedmesh.bus.topics import LEASES, STATE_TOPICS, TOPIC_SPECS
+    for name in STATE_TOPICS:
+        assert TOPIC_SPECS[name].configs == {"cleanup.policy": "delete", "retention.ms": "-1",
+                                             "retention.bytes": "-1"}, name
+    assert TOPIC_SPECS[LEASES].configs == {"cleanup.policy": "compact"}
+
+
+async def test_a_topic_created_compacted_is_switched_or_named(kafka: KafkaTarget, caplog) -> None:
+    """A state topic an earlier version created compacted: Apache Kafka has it altered, a broker
+    that cannot alter configs (Tansu) a warning naming the topic and the fix."""
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+    from schedmesh.bus.topics import KEEP_ALL
+    name = f"test.{uuid.uuid4().hex[:10]}"
+    async with EventProducer(kafka.bootstrap_servers, topics=[]) as producer:
+        assert await producer.ensure_topics([TopicSpec(name, 1, configs={"cleanup.policy": "compact"})]) == [name]
+        with caplog.at_level(logging.WARNING, logger="schedmesh.bus"):
+            assert await producer.ensure_topics([TopicSpec(name, 1, configs=dict(KEEP_ALL))]) == []
+    watch = BrokerWatch(kafka.bootstrap_servers)
+    try:
+        admin = await watch._client()
+        (resp,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
+        policy = {e[0]: e[1] for r in resp.resources for e in r[4]}["cleanup.policy"]
+    finally:
+        await watch.close()
+    warned = [r.getMessage() for r in caplog.records if name in r.getMessage()]
+    if policy == "delete":  # altered
+        assert warned and "set to" in warned[0]
+    else:
+        assert kafka.kind == "embedded" and warned and "kafka-configs.sh" in warned[0], warned
 
 
 async def test_replay_from_beginning_rebuilds_cache_then_follows(

@@ -3,10 +3,12 @@
 Every topic is keyed by the identity of the object it is about, so all records for one
 object land in one partition, in order. Values are protobuf messages from
 ``protos/schedmesh/v1/events.proto`` (encoded by the callers; the bus moves bytes).
-A record should carry the object's full current state (not a delta) and a deletion
-should be an explicit event or a tombstone (``value=None``): then replaying a topic
-from the beginning and keeping the last record per key rebuilds a cache (the informer
-pattern), and the topics can be compacted on a real Kafka.
+Replaying a topic from the beginning rebuilds a cache (the informer pattern). The state
+topics are not compacted: their records are batches (one per Apply, per BindBatch, per
+agent tick, keyed ``batch/<writer>``) and deltas keyed like the whole object (a binding,
+a node's conditions), so keeping only the last record per key would drop the objects
+they build on. They are kept in full (``retention.ms=-1``). Leases are compacted: an
+agent's last heartbeat batch, keyed by the agent, is all a reader needs.
 
 | topic                     | key            | value (events.proto)      | written by                              |
 |---------------------------|----------------|---------------------------|-----------------------------------------|
@@ -63,11 +65,14 @@ class TopicSpec:
 
 
 _COMPACT = {"cleanup.policy": "compact"}
+#: The state topics' log kept whole and forever (see the module's docstring: compaction would lose
+#: objects).
+KEEP_ALL = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
 
 TOPIC_SPECS: dict[str, TopicSpec] = {
     spec.name: spec
     for spec in (
-        *(TopicSpec(t, DEFAULT_PARTITIONS, configs=dict(_COMPACT), single_partition=t in (NODES, PODS))
+        *(TopicSpec(t, DEFAULT_PARTITIONS, configs=dict(KEEP_ALL), single_partition=t in (NODES, PODS))
           for t in STATE_TOPICS),
         TopicSpec(LEASES, DEFAULT_PARTITIONS, configs=dict(_COMPACT)),
         TopicSpec(EVENTS, DEFAULT_PARTITIONS),

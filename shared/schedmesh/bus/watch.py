@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
 from schedmesh.bus.topics import TopicSpec, spec_for
@@ -222,7 +223,45 @@ class BrokerWatch:
             log.info("created topics %s", created)
         if existing:
             await self._check_partition_counts({s.name: s for s in specs}, existing)
+            await self._check_cleanup_policies({s.name: s for s in specs}, existing)
         return created
+
+    async def _check_cleanup_policies(self, specs: dict[str, TopicSpec], names: list[str]) -> None:
+        """A topic created compacted by an earlier version (the state topics were) is switched to
+        its spec's policy: compacting batch and delta records loses objects (see bus.topics). A
+        broker that cannot alter configs gets a warning naming the command that does."""
+        wanted = {n: specs[n] for n in names if n in specs and "cleanup.policy" in specs[n].configs}
+        if not wanted:
+            return
+        admin = await self._client()
+        try:
+            described = await asyncio.wait_for(admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, n) for n in wanted]),
+                self._timeout)
+        except (TimeoutError, KafkaError, OSError) as exc:
+            log.debug("describe_configs %s failed: %r", list(wanted), exc)
+            return
+        wrong = []
+        for response in described:
+            for _err, _msg, _type, name, entries in (r[:5] for r in response.resources):
+                for entry in entries:
+                    if (entry[0] == "cleanup.policy" and name in wanted
+                            and entry[1] != wanted[name].configs["cleanup.policy"]):
+                        wrong.append(name)
+        if not wrong:
+            return
+        try:
+            await asyncio.wait_for(admin.alter_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, n, configs=dict(wanted[n].configs)) for n in wrong]),
+                self._timeout)
+            log.warning("topics %s had another cleanup policy; set to %s", wrong,
+                        {n: wanted[n].configs for n in wrong})
+        except (TimeoutError, KafkaError, OSError) as exc:
+            log.warning("topics %s have another cleanup policy than %s and it cannot be changed here (%r): "
+                        "compaction can lose applied objects; set it with kafka-configs.sh --alter "
+                        "--entity-type topics --entity-name <topic> --add-config cleanup.policy=delete,"
+                        "retention.ms=-1,retention.bytes=-1", wrong,
+                        {n: wanted[n].configs["cleanup.policy"] for n in wrong}, exc)
 
     async def _check_partition_counts(self, specs: dict[str, TopicSpec], names: list[str]) -> None:
         admin = await self._client()

@@ -68,7 +68,8 @@ from schedmesh.mesh.binder import event_message
 from schedmesh.mesh.cluster_cache import TOPIC_EVENTS, TOPIC_NODES, TOPIC_PODS, is_terminal
 from schedmesh.mesh.nodepool import KubeletModel, PoolError, SimulatedNode, load_pool_file_simulated, ready_condition
 from schedmesh.mesh.records import (apply_node_update, apply_update, event_batch_record, expand,
-                                    node_record, node_update, pod_batch_record, pod_record, status_update)
+                                    node_batch_records, node_update, pod_batch_record, pod_record,
+                                    status_update)
 from schedmesh.mesh.runtime import ServiceProcess
 from schedmesh.telemetry import k8s_attributes, metrics
 from schedmesh.telemetry.propagation import extract_kafka_headers
@@ -338,6 +339,7 @@ class KubeletAgent:
         self._record_ordinal = 0  # pods of that record learned so far (see _learned)
         self._checks = Timers(self._timer_pushed.set)  # evictor checks, by node name
         self._replaying = False
+        self._to_register: list[SimNode] = []  # applied nodes served while reading a fetch
         self._restarts_handled = 0
         self._restart_lock = asyncio.Lock()
         self.producer = EventProducer(bootstrap, topics=AGENT_TOPICS, client_id=name, on_restart=self._bus_restarted)
@@ -371,6 +373,13 @@ class KubeletAgent:
         while True:
             for r in await self.consumer.getmany(timeout=0.5):
                 await self.handle(r)
+            await self._register_served()
+
+    async def _register_served(self) -> None:
+        """Register the applied nodes served while reading the last fetch, together."""
+        if self._to_register:
+            nodes, self._to_register = self._to_register, []
+            await self.register(nodes)
 
     async def heartbeat_loop(self) -> None:
         """A lease for every node with a kubelet, at once (the node-lifecycle controller watches a
@@ -419,7 +428,7 @@ class KubeletAgent:
         """Publish every node (or these; Ready, heartbeat now, its pressure conditions), as a
         kubelet registers at start."""
         now = self.clock()
-        records = []
+        registered = []
         for sn in self.nodes.values() if nodes is None else nodes:
             pressure = sn.eviction.pressure
             mine = {"Ready"} | {c.type for c in pressure_conditions(())}
@@ -430,8 +439,8 @@ class KubeletAgent:
                 meta = dataclasses.replace(meta, creation_timestamp=now)
             sn.set_node(dataclasses.replace(sn.node, meta=meta, conditions=conditions))
             sn.published_pressure = pressure
-            records.append(node_record(sn.node, source=self.name))
-        await self._send_all(records)
+            registered.append(sn.node)
+        await self._send_all(node_batch_records(registered, source=self.name))
 
     async def _bus_restarted(self) -> None:
         """Producer and consumer both report a restart; the first report re-publishes."""
@@ -524,8 +533,8 @@ class KubeletAgent:
         sn.applied = True
         self.nodes[sn.name] = sn
         log.info("%s serves node %s (applied by %s)", self.name, sn.name, rec.source)
-        if not self._replaying:
-            await self.register([sn])
+        if not self._replaying:  # (a replay ends with every node registered)
+            self._to_register.append(sn)
         for pod, context, learned in self._waiting_for_node.pop(sn.name, {}).values():
             await self._adopt(sn, pod, context, learned)
         self._wake(sn, self.clock())

@@ -55,7 +55,7 @@ class AppliedStore:
         return cls(d) if d else None
 
     def write(self, records: Iterable[Record]) -> None:
-        """Journal records as published: a pod batch is split into one line per pod (keyed by uid),
+        """Journal records as published: a batch is split into one line per pod (keyed by uid) or node,
         deletions become null values."""
         lines = []
         for topic, key, value in records:
@@ -68,6 +68,10 @@ class AppliedStore:
                         continue  # deltas are bindings and status: not what users applied
                     uid = item.pod.metadata.uid
                     lines.append(self._line(topic, uid, None if item.deleted else item.SerializeToString()))
+            elif topic == TOPIC_NODES and key.startswith("batch/"):
+                for item in events_pb2.NodeRecord.FromString(value).batch:
+                    lines.append(self._line(topic, item.node.metadata.name,
+                                            None if item.deleted else item.SerializeToString()))
             else:
                 lines.append(self._line(topic, key, None if _deleted(topic, value) else value))
         self._append(lines)

@@ -57,3 +57,14 @@ def test_pod_deltas_nomination_deletion_and_status_reason():
     u = events_pb2.PodUpdate(uid="u1", phase="Failed", status_reason="Evicted", status_message="The node was low on resource: memory.")
     p = records.apply_update(p, u)
     assert (p.phase, p.status_reason, p.status_message) == ("Failed", "Evicted", "The node was low on resource: memory.")
+
+
+def test_node_batches_keep_order_and_stay_under_the_record_size():
+    from schedmesh.mesh.records import BATCH_RECORD_BYTES, expand, node_batch_records
+    labels = {f"label-{i}": "x" * 200 for i in range(20)}  # about 4.5 KB a node
+    nodes = [Node(ObjectMeta(name=f"n-{i:03d}", labels=labels)) for i in range(150)]
+    recs = node_batch_records(nodes, source="agent-0")
+    assert len(recs) > 1 and all(len(v) <= BATCH_RECORD_BYTES + 16 for _t, _k, v in recs)
+    names = [n.node.metadata.name for _t, _k, v in recs for n in expand(events_pb2.NodeRecord.FromString(v))]
+    assert names == [n.name for n in nodes]
+    assert node_batch_records([], source="agent-0") == []

@@ -268,10 +268,11 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                 recs += [records.priority_class_record(pc) for pc in self.cache.priority_classes.values()]
                 recs += [records.runtime_class_record(rc) for rc in self.cache.runtime_classes.values()]
                 recs += [records.pdb_record(p) for p in self.cache.pdbs.values()]
+                nodes = []
                 for name, node in self.applied_nodes.items():
                     ni = self.cache.snapshot.get(name)
-                    recs.append(records.node_record(ni.node if ni is not None and ni.node is not None else node,
-                                                    source=self.cfg.client_id))
+                    nodes.append(ni.node if ni is not None and ni.node is not None else node)
+                recs += records.node_batch_records(nodes, source=self.cfg.client_id)
                 with self._assumed_lock:  # a binding on its way: published once seen or forgotten
                     in_flight = set(self.assumed)
                     self._unpublished |= in_flight
@@ -329,11 +330,12 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                      TOPIC_NODES: {ni.node.name for ni in self.cache.snapshot.node_info_list if ni.node is not None}}
         missing = [(t, k, v) for t, k, v in stored if k not in known.get(t, ())]
         pods = [events_pb2.PodRecord.FromString(v) for t, _k, v in missing if t == TOPIC_PODS]
-        recs = [r for r in missing if r[0] != TOPIC_PODS]
-        for r in recs:
-            if r[0] == TOPIC_NODES:
-                node = convert.node_from_proto(events_pb2.NodeRecord.FromString(r[2]).node)
-                self.applied_nodes[node.name] = node
+        recs = [r for r in missing if r[0] not in (TOPIC_PODS, TOPIC_NODES)]
+        nodes = [convert.node_from_proto(events_pb2.NodeRecord.FromString(v).node)
+                 for t, _k, v in missing if t == TOPIC_NODES]
+        for node in nodes:
+            self.applied_nodes[node.name] = node
+        recs += records.node_batch_records(nodes, source=self.cfg.client_id)
         pods.sort(key=lambda r: (r.pod.metadata.creation_timestamp, r.pod.metadata.namespace, r.pod.metadata.name))
         for i in range(0, len(pods), 500):
             recs.append(records.pod_batch_record(pods[i:i + 500], self.cfg.client_id))
