@@ -502,7 +502,7 @@ class EventConsumer:
         the hole and the partition fetched again from it; a hole that stays after
         GAP_RETRIES fetches over GAP_PATIENCE_SECONDS is real and is skipped, with a warning.
         Only a hole before a fresh record (_fresh) is suspect: such a race happens at the head of
-        the log, while Apache Kafka's compaction (the state topics are compacted there) leaves
+        the log, while Apache Kafka's compaction (of a topic an earlier version created compacted) leaves
         holes only among records older than that, which a replay takes as they are."""
         out: dict[TopicPartition, list] = {}
         for tp, msgs in batches.items():
