@@ -67,9 +67,9 @@ from schedmesh.eviction.usage import NO_USAGE, PodUsage, SimulatedUsageError, po
 from schedmesh.mesh.binder import event_message
 from schedmesh.mesh.cluster_cache import TOPIC_EVENTS, TOPIC_NODES, TOPIC_PODS, is_terminal
 from schedmesh.mesh.nodepool import KubeletModel, PoolError, SimulatedNode, load_pool_file_simulated, ready_condition
-from schedmesh.mesh.records import (apply_node_update, apply_update, event_batch_record, expand,
-                                    node_batch_records, node_update, pod_batch_record, pod_record,
-                                    status_update)
+from schedmesh.mesh.records import (apply_node_update, apply_update, event_batch_record, event_batch_records,
+                                    expand, node_batch_records, node_update, pod_batch_record, pod_batch_records,
+                                    pod_record, status_update)
 from schedmesh.mesh.runtime import ServiceProcess
 from schedmesh.telemetry import k8s_attributes, metrics
 from schedmesh.telemetry.propagation import extract_kafka_headers
@@ -795,8 +795,7 @@ class KubeletAgent:
                 updates.append(status_update(pod, self.name))
                 events.append(event_message(pod, "Started", f"Started container {_containers(pod)}", self.name))
         try:
-            await self._send(pod_batch_record(updates, self.name))
-            await self._send(event_batch_record(events))
+            await self._send_all([*pod_batch_records(updates, self.name), *event_batch_records(events)])
         except Exception:
             for sn, sp in due:  # try again on a later reconcile
                 if sp.state == RUNNING and sn.pods.get(sp.pod.uid) is sp:

@@ -35,7 +35,7 @@ from schedmesh.framework.interface import CycleState
 from schedmesh.framework.profile import PluginRef, PluginSet, Profile
 from schedmesh.framework.runtime import Framework
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, TOPIC_EVENTS, TOPIC_PODS, ClusterCache, is_terminal
-from schedmesh.mesh.records import (binding_update, event_batch_record, expand, pod_batch_record, pod_message,
+from schedmesh.mesh.records import (binding_update, event_batch_records, expand, pod_batch_records, pod_message,
                                     publish)
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
 from schedmesh.telemetry import k8s_attributes, metrics, records_under, set_error
@@ -221,8 +221,8 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         return convert.pod_from_proto(msg)
 
     async def _commit(self, binds, client_id: str) -> list[binder_pb2.BindResponse]:
-        """Decide every binding in order against the ledger, then publish the new ones: one
-        record of binding deltas and one of Scheduled events per batch."""
+        """Decide every binding in order against the ledger, then publish the new ones: a record
+        of binding deltas and one of Scheduled events per batch (more for a batch too large for one)."""
         async with self.lock:
             pods = [self._request_pod(b.pod) for b in binds]
             decisions = [self.ledger.decide(pod, b.node_name) for pod, b in zip(pods, binds)]
@@ -232,7 +232,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
                 updates, events = zip(*(self._bound_records(pods[i], binds[i].node_name, binds[i].traceparent)
                                         for i in new))
                 try:
-                    await publish(self.producer, [pod_batch_record(updates, self.name), event_batch_record(events)])
+                    await publish(self.producer, [*pod_batch_records(updates, self.name), *event_batch_records(events)])
                 except Exception as e:  # noqa: BLE001 - nothing is committed unless it is published
                     log.warning("publishing %d binding(s) failed: %r", len(new), e)
                     for i in new:
@@ -242,7 +242,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
                      for i, d in enumerate(decisions) if d.bound_elsewhere and pods[i].uid in self.ledger.cache.pods]
             if known:
                 try:
-                    await publish(self.producer, [pod_batch_record(known, self.name)])
+                    await publish(self.producer, pod_batch_records(known, self.name))
                 except Exception as e:  # noqa: BLE001 - the next refusal announces it again
                     log.warning("announcing %d known binding(s) failed: %r", len(known), e)
         log.debug("committed %d of %d binding(s) from %s", len(new), len(out), client_id)
@@ -303,9 +303,8 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
                                   if p.node_name and p.uid not in seen and not is_terminal(p)]
             if pods:
                 log.info("broker restarted: re-publishing %d binding(s) (%d unconfirmed)", len(pods), len(pending))
-                msgs = [pod_message(p, source=self.name) for p in pods]
-                await publish(self.producer, [pod_batch_record(msgs[i:i + 500], self.name)
-                                              for i in range(0, len(msgs), 500)])
+                await publish(self.producer, pod_batch_records((pod_message(p, source=self.name) for p in pods),
+                                                               self.name))
 
 
 def fit_args_from_config(path: Optional[str]) -> Optional[dict]:

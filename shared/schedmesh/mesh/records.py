@@ -7,7 +7,7 @@ reports as deltas (PodRecord.update) rather than whole pods. Readers flatten a r
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence, TypeVar
+from typing import Callable, Iterable, Sequence, TypeVar
 
 from schedmesh.api import convert
 from schedmesh.api.evolve import evolve
@@ -24,27 +24,57 @@ def node_record(node: Node, deleted: bool = False, source: str = "") -> tuple[st
                                                          source=source).SerializeToString()
 
 
-#: A batch record's encoded size at most (well under a broker's default 1 MB message limit).
+#: A batch record's encoded size at most: well under the 1 MB a record may have by default (Apache
+#: Kafka's message.max.bytes, aiokafka's max_request_size). One record per Apply failed outright
+#: for a Deployment of 6,000 replicas (3.4 MB).
 BATCH_RECORD_BYTES = 256 * 1024
+
+#: A record's encoded size at most (aiokafka's max_request_size, 1 MiB, less a request's overhead).
+MAX_RECORD_BYTES = 1_000_000
+
+
+def describe(topic: str, value: bytes) -> tuple[str, int]:
+    """What a record carries ("pod default/web-0", "node n1", else the topic) and its size."""
+    if topic == TOPIC_PODS:
+        items = expand(events_pb2.PodRecord.FromString(value))
+        what = ", ".join(f"pod {i.pod.metadata.namespace}/{i.pod.metadata.name}" for i in items[:3])
+    elif topic == TOPIC_NODES:
+        items = expand(events_pb2.NodeRecord.FromString(value))
+        what = ", ".join(f"node {i.node.metadata.name}" for i in items[:3])
+    else:
+        return topic, len(value)
+    return what + (f" and {len(items) - 3} more" if len(items) > 3 else ""), len(value)
+
+
+Item = TypeVar("Item", events_pb2.PodRecord, events_pb2.Event, events_pb2.NodeRecord)
+
+
+def in_batches(items: Iterable[Item], wrap: Callable[[list[Item]], tuple[str, str, bytes]],
+               limit: int = BATCH_RECORD_BYTES) -> list[tuple[str, str, bytes]]:
+    """`wrap` applied to consecutive runs of `items`, in order, each run's items together under
+    `limit` bytes (an item larger than that alone in its run)."""
+    out: list[tuple[str, str, bytes]] = []
+    run: list[Item] = []
+    size = 0
+    for item in items:
+        item_size = item.ByteSize() + 8  # the batch field's tag and length
+        if run and size + item_size > limit:
+            out.append(wrap(run))
+            run, size = [], 0
+        run.append(item)
+        size += item_size
+    if run:
+        out.append(wrap(run))
+    return out
 
 
 def node_batch_records(nodes: Iterable[Node], source: str = "") -> list[tuple[str, str, bytes]]:
-    """Whole nodes, many per record (NodeRecord.batch), each record under BATCH_RECORD_BYTES:
-    a reader applies them in one pass instead of one record each (an agent registering 5,000
-    applied nodes one record at a time kept every cache rebuilding its node columns)."""
-    out: list[tuple[str, str, bytes]] = []
-    batch, size = events_pb2.NodeRecord(source=source), 0
-    for node in nodes:
-        item = events_pb2.NodeRecord(node=convert.node_to_proto(node), source=source)
-        item_size = item.ByteSize()
-        if len(batch.batch) and size + item_size > BATCH_RECORD_BYTES:
-            out.append((TOPIC_NODES, f"batch/{source}", batch.SerializeToString()))
-            batch, size = events_pb2.NodeRecord(source=source), 0
-        batch.batch.append(item)
-        size += item_size
-    if len(batch.batch):
-        out.append((TOPIC_NODES, f"batch/{source}", batch.SerializeToString()))
-    return out
+    """Whole nodes, many per record (NodeRecord.batch): a reader applies them in one pass instead
+    of one record each (an agent registering 5,000 applied nodes one record at a time kept every
+    cache rebuilding its node columns)."""
+    def wrap(run: list[events_pb2.NodeRecord]) -> tuple[str, str, bytes]:
+        return TOPIC_NODES, f"batch/{source}", events_pb2.NodeRecord(batch=run, source=source).SerializeToString()
+    return in_batches((events_pb2.NodeRecord(node=convert.node_to_proto(n), source=source) for n in nodes), wrap)
 
 
 def pod_record(pod: Pod, deleted: bool = False, source: str = "") -> tuple[str, str, bytes]:
@@ -90,8 +120,7 @@ def manifest_records(m: Manifests, source: str = "") -> list[tuple[str, str, byt
     out += [runtime_class_record(c) for c in m.runtime_classes]
     out += [pdb_record(p) for p in m.pdbs]
     out += node_batch_records(m.nodes, source=source)
-    if m.pods:
-        out.append(pod_batch_record([pod_message(p, source=source) for p in m.pods], source))
+    out += pod_batch_records((pod_message(p, source=source) for p in m.pods), source)
     return out
 
 
@@ -114,10 +143,20 @@ def pod_batch_record(items: Sequence[events_pb2.PodRecord], source: str = "") ->
     return TOPIC_PODS, f"batch/{source}", events_pb2.PodRecord(batch=items, source=source).SerializeToString()
 
 
+def pod_batch_records(items: Iterable[events_pb2.PodRecord], source: str = "") -> list[tuple[str, str, bytes]]:
+    """Pod records and deltas, as few records as BATCH_RECORD_BYTES allows."""
+    return in_batches(items, lambda run: pod_batch_record(run, source))
+
+
 def event_batch_record(events: Sequence[events_pb2.Event]) -> tuple[str, str, bytes]:
     if len(events) == 1:
         return TOPIC_EVENTS, events[0].pod_uid, events[0].SerializeToString()
     return TOPIC_EVENTS, "batch", events_pb2.Event(batch=events).SerializeToString()
+
+
+def event_batch_records(events: Iterable[events_pb2.Event]) -> list[tuple[str, str, bytes]]:
+    """Events, as few records as BATCH_RECORD_BYTES allows."""
+    return in_batches(events, event_batch_record)
 
 
 def binding_update(pod: Pod, node_name: str, source: str = "", traceparent: str = "") -> events_pb2.PodRecord:

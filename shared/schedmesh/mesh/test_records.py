@@ -68,3 +68,27 @@ def test_node_batches_keep_order_and_stay_under_the_record_size():
     names = [n.node.metadata.name for _t, _k, v in recs for n in expand(events_pb2.NodeRecord.FromString(v))]
     assert names == [n.name for n in nodes]
     assert node_batch_records([], source="agent-0") == []
+
+
+def test_a_large_apply_is_published_in_records_the_bus_takes():
+    """A Deployment of 6,000 replicas was one 3.4 MB record: aiokafka refused it (1 MB at most)."""
+    from schedmesh.api.load import Manifests
+    from schedmesh.api.types import Container
+    from schedmesh.mesh.records import BATCH_RECORD_BYTES, manifest_records
+    pods = [Pod(ObjectMeta(name=f"big-{i}", namespace="default", uid=f"uid-{i:05d}",
+                           labels={"app": "big", "team": "platform-engineering"}),
+                containers=[Container(name="c", image="registry.example.com/platform/app:1.2.3")])
+            for i in range(6000)]
+    recs = manifest_records(Manifests(nodes=[_node("n1")], pods=pods), source="queue-manager")
+    assert recs[0][0] == records.TOPIC_NODES and all(t == records.TOPIC_PODS for t, _k, _v in recs[1:])
+    assert len(recs) > 3 and all(len(v) <= BATCH_RECORD_BYTES for _t, _k, v in recs)
+    uids = [p.pod.metadata.uid for _t, _k, v in recs[1:] for p in records.expand(events_pb2.PodRecord.FromString(v))]
+    assert uids == [p.uid for p in pods]
+
+
+def test_an_item_larger_than_a_batch_goes_alone():
+    from schedmesh.mesh.records import in_batches
+    small, big = events_pb2.Event(message="x"), events_pb2.Event(message="y" * 5000)
+    runs = in_batches([small, big, small], lambda run: ("t", "k", bytes(len(run))), limit=1000)
+    assert [len(v) for _t, _k, v in runs] == [1, 1, 1]
+    assert [len(v) for _t, _k, v in in_batches([small] * 5, lambda run: ("t", "k", bytes(len(run))))] == [5]

@@ -18,7 +18,7 @@ from schedmesh.eviction.taint_eviction import (EVENT_REASON_TAINT_MANAGER_EVICTI
                                                cancelling_deletion_message, marking_for_deletion_message,
                                                no_execute_taints, schedule_deletion)
 from schedmesh.mesh.cluster_cache import ClusterCache, is_terminal
-from schedmesh.mesh.records import deletion_update, event_batch_record, pod_batch_record
+from schedmesh.mesh.records import deletion_update, event_batch_records, pod_batch_records
 from schedmesh.telemetry import metrics
 from schedmesh.v1 import events_pb2
 
@@ -104,9 +104,4 @@ class TaintEvictionController:
                     events.append(event(pod, EVENT_REASON_TAINT_MANAGER_EVICTION,
                                         cancelling_deletion_message(pod), self.source, now))
             self.deleted &= {u for u in self.deleted if u in self.cache.pods}
-        out = []
-        if updates:
-            out.append(pod_batch_record(updates, self.source))
-        if events:
-            out.append(event_batch_record(events))
-        return out
+        return [*pod_batch_records(updates, self.source), *event_batch_records(events)]

@@ -110,10 +110,15 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                     # to the smallest node name), where the recording saw them started in order.
                     p.start_time = p.meta.creation_timestamp
             p.meta.resource_version = qm.next_resource_version()
+        recs = records.manifest_records(plan.publish, source=qm.cfg.client_id)
+        too_large = [records.describe(t, v) for t, _k, v in recs if len(v) > records.MAX_RECORD_BYTES]
+        if too_large:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "\n".join(
+                f"{what}: {size:,} bytes encoded; an object may have at most {records.MAX_RECORD_BYTES:,} "
+                "(a Kafka record's default limit)" for what, size in too_large) + "\n(nothing was applied)")
         # Its own pods come back through Kafka; the cache then takes these objects as they are.
         qm.cache.expect(plan.publish.pods)
-        recs = records.manifest_records(plan.publish, source=qm.cfg.client_id)
-        pod_recs = recs[-1:] if plan.publish.pods else []  # the pods are one batch record, last
+        pod_recs = [r for r in recs if r[0] == records.TOPIC_PODS]  # the pods' batch records, last
         # Cluster-scoped objects and nodes first, then the pods; within a group, concurrently.
         others = await _publish_concurrently(qm.producer, recs[:len(recs) - len(pod_recs)])
         if others and not await asyncio.to_thread(qm.cache.wait_for, others, APPLY_READ_TIMEOUT):

@@ -278,11 +278,10 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                     self._unpublished |= in_flight
                 pods = [p for p in self.cache.pods.values()
                         if p.scheduler_name in self.frameworks and p.uid not in in_flight]
-            # pods in creation order, in batch records (one Kafka record per few hundred pods)
+            # pods in creation order, in batch records
             pods.sort(key=lambda p: (p.meta.creation_timestamp or 0.0, p.namespace, p.name))
-            for i in range(0, len(pods), 500):
-                recs.append(records.pod_batch_record(
-                    [records.pod_message(p, source=self.cfg.client_id) for p in pods[i:i + 500]], self.cfg.client_id))
+            recs += records.pod_batch_records((records.pod_message(p, source=self.cfg.client_id) for p in pods),
+                                              self.cfg.client_id)
             return recs
         # No attempt runs from the snapshot to its publication: a pod published unbound must not
         # be bound (and its binding published) in between, or the stale copy would land last.
@@ -337,8 +336,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
             self.applied_nodes[node.name] = node
         recs += records.node_batch_records(nodes, source=self.cfg.client_id)
         pods.sort(key=lambda r: (r.pod.metadata.creation_timestamp, r.pod.metadata.namespace, r.pod.metadata.name))
-        for i in range(0, len(pods), 500):
-            recs.append(records.pod_batch_record(pods[i:i + 500], self.cfg.client_id))
+        recs += records.pod_batch_records(pods, self.cfg.client_id)
         if recs:
             log.warning("restoring %d applied object(s) (%d pods) from %s: the broker did not have them",
                         len(missing), len(pods), self.store.path)
