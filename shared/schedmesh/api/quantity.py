@@ -87,7 +87,16 @@ def format_exact(q: Fraction) -> str:
     """An exact quantity string that parses back to the same value ('1.5', '1073741824', '0.0001')."""
     if q.denominator == 1:
         return str(q.numerator)
-    d, k = q.denominator, 0
+    return _format_fraction(q.numerator, q.denominator)
+
+
+@functools.lru_cache(maxsize=4096)
+def _format_fraction(numerator: int, denominator: int) -> str:
+    """(Cached, by the two integers: a Fraction's own hash is slow. Every pod encoded carries a few
+    such quantities, most of them the same, and the arithmetic below took 4 us each, a sixth of
+    encoding a pod.)"""
+    q = Fraction(numerator, denominator)
+    d, k = denominator, 0
     while d % 10 == 0 or d % 2 == 0 or d % 5 == 0:
         if d % 10 == 0:
             d //= 10
