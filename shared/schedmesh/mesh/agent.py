@@ -90,15 +90,24 @@ RECONCILE_AT_LEAST = 1.0  # seconds between reconcile passes when no timer is du
 INVALID_ANNOTATION = "InvalidAnnotation"  # reason of the Warning for a simulation annotation that does not parse
 
 
-def lease_record(node_names: Sequence[str], now: float, source: str = "") -> tuple[str, str, bytes]:
-    """Heartbeats of many nodes in one record: NodeRecords carrying only a node's name and Ready
-    condition (one record per agent per period, not one per node)."""
+#: Nodes per heartbeat record: about 100 bytes each, so a record stays near 200 KB (one record for
+#: all of 15,000 nodes was 1.5 MB, which aiokafka refuses: every heartbeat failed).
+LEASES_PER_RECORD = 2000
+
+
+def lease_records(node_names: Sequence[str], now: float, source: str = "") -> list[tuple[str, str, bytes]]:
+    """Heartbeats of many nodes in few records: NodeRecords carrying only a node's name and Ready
+    condition (one record per agent per period and LEASES_PER_RECORD nodes, not one per node),
+    keyed by the agent and the chunk, so a compacted topic keeps every chunk's last heartbeat."""
     ready = convert.node_to_proto(Node(meta=ObjectMeta(name=""), conditions=[ready_condition(now)]))
-    batch = events_pb2.NodeRecord(source=source)
-    for name in node_names:
-        item = batch.batch.add(node=ready, source=source)
-        item.node.metadata.name = name
-    return TOPIC_LEASES, source, batch.SerializeToString()
+    out = []
+    for chunk, start in enumerate(range(0, len(node_names), LEASES_PER_RECORD)):
+        batch = events_pb2.NodeRecord(source=source)
+        for name in node_names[start:start + LEASES_PER_RECORD]:
+            item = batch.batch.add(node=ready, source=source)
+            item.node.metadata.name = name
+        out.append((TOPIC_LEASES, source if chunk == 0 else f"{source}/{chunk}", batch.SerializeToString()))
+    return out
 
 
 def running_pod(pod: Pod, now: float) -> Pod:
@@ -387,7 +396,8 @@ class KubeletAgent:
         while True:
             try:
                 now = self.clock()
-                await self._send(lease_record([n for n, sn in self.nodes.items() if not sn.applied], now, self.name))
+                await self._send_all(lease_records([n for n, sn in self.nodes.items() if not sn.applied], now,
+                                                   self.name))
             except Exception:  # noqa: BLE001 - a missed heartbeat is retried next period
                 log.exception("heartbeat failed")
             await asyncio.sleep(self.heartbeat)

@@ -1,7 +1,7 @@
 """The node-lifecycle controller: node health from the kubelet agents' heartbeats, and the taints
 that follow from node conditions (TaintNodesByCondition and the NoExecute tainting pass).
 
-Heartbeats are the lease batch records agents publish on schedmesh.leases (agent.lease_record):
+Heartbeats are the lease batch records agents publish on schedmesh.leases (agent.lease_records):
 one NodeRecord per node carrying its Ready condition. As kube does with Lease renewals, the
 controller notes *its own* clock when a node's renew time advances (so clock skew between
 processes does not matter) and judges health against that (node-monitor-grace-period). While

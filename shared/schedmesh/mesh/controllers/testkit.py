@@ -46,9 +46,12 @@ def bound(pod: Pod, node: str) -> Pod:
 
 
 def lease(node_names: list[str], renew: float, offset: int = 0) -> Record:
-    """An agent's heartbeat batch (agent.lease_record's shape)."""
-    from schedmesh.mesh.agent import lease_record
-    topic, key, value = lease_record(node_names, renew, "agent-test")
+    """An agent's heartbeat batch (agent.lease_records' shape)."""
+    from schedmesh.mesh.agent import lease_records
+    from schedmesh.v1 import events_pb2
+    recs = lease_records(node_names, renew, "agent-test") or [  # (none for no node: an empty batch)
+        (LEASES, "agent-test", events_pb2.NodeRecord(source="agent-test").SerializeToString())]
+    (topic, key, value), = recs
     assert topic == LEASES
     return Record(topic=topic, partition=0, offset=offset, key=key.encode(), value=value)
 
