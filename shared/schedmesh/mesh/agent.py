@@ -69,7 +69,7 @@ from schedmesh.mesh.cluster_cache import TOPIC_EVENTS, TOPIC_NODES, TOPIC_PODS, 
 from schedmesh.mesh.nodepool import KubeletModel, PoolError, SimulatedNode, load_pool_file_simulated, ready_condition
 from schedmesh.mesh.records import (apply_node_update, apply_update, event_batch_record, event_batch_records,
                                     expand, node_batch_records, node_update, pod_batch_record, pod_batch_records,
-                                    pod_record, status_update)
+                                    pod_message, pod_record, status_update)
 from schedmesh.mesh.runtime import ServiceProcess
 from schedmesh.telemetry import k8s_attributes, metrics
 from schedmesh.telemetry.propagation import extract_kafka_headers
@@ -463,7 +463,7 @@ class KubeletAgent:
             pods += [p for sn in self.nodes.values() for p in sn.ended.values()]
             log.info("broker restarted: re-registering %d node(s), re-publishing %d pod(s)", len(self.nodes), len(pods))
             await self.register()
-            await self._send_all([pod_record(p, source=self.name) for p in pods])
+            await self._send_all(pod_batch_records((pod_message(p, source=self.name) for p in pods), self.name))
 
     async def _publish_pressure(self, sn: SimNode) -> None:
         """The node's pressure conditions as a delta, when they changed since last published."""
@@ -515,6 +515,10 @@ class KubeletAgent:
         if sn is not None:
             sp = sn.pods.get(u.uid)
             base = sp.pod if sp is not None else sn.ended[u.uid]
+        elif (waiting := self._waiting_entry(u.uid)) is not None:
+            # bound to an applied node not served yet: the delta (a deletion request, say) applies
+            # to the waiting pod; dropped, the pod would be started as if nobody had deleted it
+            base = waiting[0]
         else:
             msg = self._unbound.get(u.uid)
             if msg is None or (u.node_name and u.node_name not in self.nodes):
@@ -525,6 +529,14 @@ class KubeletAgent:
         if u.node_name:
             self._unbound.pop(u.uid, None)
         await self._on_pod(self._context(r, rec), apply_update(base, u), False, rec.source)
+
+    def _waiting_entry(self, uid: str) -> Optional[tuple[Pod, Context, tuple[float, int]]]:
+        """A pod waiting for its applied node's record (see serve_applied_nodes)."""
+        for pods in self._waiting_for_node.values():
+            entry = pods.get(uid)
+            if entry is not None:
+                return entry
+        return None
 
     @staticmethod
     def _context(r: Record, rec: events_pb2.PodRecord) -> Context:
@@ -584,7 +596,9 @@ class KubeletAgent:
                 if not pod.node_name:  # re-created after it ended here, not bound yet: wait for its binding
                     self._unbound[uid] = pod
                 elif self.serve_applied_nodes:  # maybe a node applied but not seen yet
-                    self._waiting_for_node.setdefault(pod.node_name, {})[uid] = (pod, context, self._learned(now))
+                    waiting = self._waiting_for_node.setdefault(pod.node_name, {})
+                    learned = waiting[uid][2] if uid in waiting else self._learned(now)  # (a delta: as first learned)
+                    waiting[uid] = (pod, context, learned)
                 return
             if is_terminal(pod):  # ended before we saw it (replay): remember it for its deletion
                 target.ended[uid] = pod

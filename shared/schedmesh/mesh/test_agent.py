@@ -129,3 +129,38 @@ def test_heartbeats_of_many_nodes_fit_in_records_the_bus_takes() -> None:
     leased = [n.node.metadata.name for _t, _k, v in recs for n in expand(events_pb2.NodeRecord.FromString(v))]
     assert leased == names
     assert lease_records([], 1000.0, "agent-0") == []
+
+
+async def test_a_pod_deleted_while_waiting_for_its_node_is_terminated_not_started() -> None:
+    """A preemption's deletion request read before the victim's node record (the agent lagging
+    after an idle spell) was dropped: the victim started and never ended, and its preemptor waited
+    forever (caught once in the suite under load)."""
+    from schedmesh.api.types import Node, ObjectMeta, Pod
+    from schedmesh.api.quantity import parse_quantity
+    from schedmesh.bus import Record
+    from schedmesh.bus.topics import NODES, PODS
+    from schedmesh.mesh.agent import STARTING, TERMINATING
+    from schedmesh.mesh.records import deletion_update, node_record, pod_batch_record, pod_message
+
+    now = [1000.0]
+    agent = KubeletAgent("agent-t", [], "127.0.0.1:9", clock=lambda: now[0], serve_applied_nodes=["api"])
+    sent: list[tuple[str, str, bytes]] = []
+
+    async def send(rec) -> None:
+        sent.append(rec)
+
+    agent._send = send
+    offset = iter(range(100))
+
+    async def read(topic: str, rec: tuple[str, str, bytes]) -> None:
+        await agent.handle(Record(topic, 0, next(offset), rec[1].encode(), rec[2]))
+
+    victim = Pod(ObjectMeta(name="victim", namespace="default", uid="u-victim"), node_name="n2")
+    other = Pod(ObjectMeta(name="other", namespace="default", uid="u-other"), node_name="n2")
+    await read(PODS, pod_batch_record([pod_message(p, source="api") for p in (victim, other)], "api"))
+    await read(PODS, pod_batch_record([deletion_update(victim, now[0], "preemption")], "preemption"))
+    allocatable = {k: parse_quantity(v) for k, v in {"cpu": "4", "memory": "8Gi", "pods": "110"}.items()}
+    await read(NODES, node_record(Node(ObjectMeta(name="n2"), allocatable=allocatable), source="api"))
+    sn = agent.nodes["n2"]
+    assert sn.pods["u-victim"].state == TERMINATING and sn.pods["u-victim"].pod.meta.deletion_timestamp == now[0]
+    assert sn.pods["u-other"].state == STARTING
