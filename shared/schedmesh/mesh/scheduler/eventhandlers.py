@@ -17,7 +17,7 @@ from schedmesh.mesh import records
 from schedmesh.queue.hints import EVENT_ASSIGNED_POD_ADD, pod_scheduling_properties_change
 from schedmesh.queue.scheduling_queue import QueueError
 from schedmesh.v1 import events_pb2
-from schedmesh.mesh.scheduler.state import MAX_EVENTS_PER_POD, PodNotes
+from schedmesh.mesh.scheduler.state import MAX_EVENTS_PER_POD, NOTES_TTL_SECONDS, PodNotes
 
 log = logging.getLogger("schedmesh.queue_manager")
 tracer = trace.get_tracer("schedmesh.queue_manager")
@@ -78,6 +78,8 @@ class EventHandlers:
         if new is None:  # deleted
             if old is None:
                 return
+            with self._notes_lock:  # shown only about live pods (describe, get events): kept, they piled up
+                self.notes.pop(old.uid, None)
             with self._assumed_lock:
                 a = self.assumed.pop(old.uid, None)
             if a is not None and not old_bound:
@@ -123,6 +125,18 @@ class EventHandlers:
             return
         for ev in _node_events(old, new):
             self.queue.move_all_to_active_or_backoff_queue(ev, old, new)
+
+    def _prune_notes(self, now: float) -> int:
+        """Drop the notes about pods the cache does not hold whose last event is older than
+        NOTES_TTL_SECONDS (events of a pod already deleted); returns how many."""
+        with self.cache.lock:
+            live = set(self.cache.pods)
+        with self._notes_lock:
+            stale = [uid for uid, n in self.notes.items()
+                     if uid not in live and (not n.events or n.events[-1].timestamp < now - NOTES_TTL_SECONDS)]
+            for uid in stale:
+                del self.notes[uid]
+        return len(stale)
 
     def _on_event_record(self, r: Record) -> None:
         if r.value is None:

@@ -53,6 +53,8 @@ from schedmesh.mesh.scheduler.state import BOUND, IN_FLIGHT, AssumedPod, PodNote
 log = logging.getLogger("schedmesh.queue_manager")
 tracer = trace.get_tracer("schedmesh.queue_manager")
 
+NOTES_PRUNE_SECONDS = 60.0  # how often notes about pods gone are looked for (EventHandlers._prune_notes)
+
 
 class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
     def __init__(self, cfg: QueueManagerConfig, bootstrap: str) -> None:
@@ -161,9 +163,13 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
 
     async def follow_events(self) -> None:
         assert self.events_consumer is not None
+        next_prune = time.monotonic() + NOTES_PRUNE_SECONDS
         while True:
             for r in await self.events_consumer.getmany(timeout=0.5):
                 self._on_event_record(r)
+            if time.monotonic() >= next_prune:
+                next_prune = time.monotonic() + NOTES_PRUNE_SECONDS
+                await asyncio.to_thread(self._prune_notes, time.time())
 
     async def stop(self) -> None:
         self._stop.set()

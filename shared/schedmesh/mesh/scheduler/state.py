@@ -14,6 +14,9 @@ from schedmesh.queue.queued_pod_info import QueuedPodInfo
 IN_FLIGHT = "in-flight"
 BOUND = "bound"
 MAX_EVENTS_PER_POD = 100
+#: Notes about a pod the cache does not hold are dropped once its last event is this old (kube's
+#: --event-ttl): events may come before the pod's record, and after its deletion.
+NOTES_TTL_SECONDS = 3600.0
 
 
 
