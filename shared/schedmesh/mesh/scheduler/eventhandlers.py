@@ -78,8 +78,9 @@ class EventHandlers:
         if new is None:  # deleted
             if old is None:
                 return
-            with self._notes_lock:  # shown only about live pods (describe, get events): kept, they piled up
-                self.notes.pop(old.uid, None)
+            if old.uid not in self.cache.pods:  # deleted, not ended (an ended pod stays listed, events too)
+                with self._notes_lock:  # shown only about listed pods (describe, get events): kept, they piled up
+                    self.notes.pop(old.uid, None)
             with self._assumed_lock:
                 a = self.assumed.pop(old.uid, None)
             if a is not None and not old_bound:

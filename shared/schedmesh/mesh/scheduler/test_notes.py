@@ -42,9 +42,14 @@ def test_notes_about_pods_gone_are_dropped_after_the_event_ttl_and_live_ones_kep
     assert sorted(h.notes) == ["early", "live"]
 
 
-def test_a_deleted_pods_notes_go_with_it() -> None:
+def test_a_deleted_pods_notes_go_with_it_an_ended_pods_stay() -> None:
+    """An ended pod (Failed: evicted, say) stays listed, as does its Evicted event; the cache
+    tells listeners it is gone from the snapshot just as for a deletion."""
     h = Handlers()
     pod = Pod(ObjectMeta(name="p", namespace="default", uid="u-p"))
-    h.notes["u-p"] = _notes(1.0)
+    ended = Pod(ObjectMeta(name="e", namespace="default", uid="u-e"), phase="Failed")
+    h.cache.pods["u-e"] = ended
+    h.notes = {"u-p": _notes(1.0), "u-e": _notes(1.0)}
     h._on_pod(pod, None)
-    assert "u-p" not in h.notes
+    h._on_pod(Pod(ObjectMeta(name="e", namespace="default", uid="u-e")), None)
+    assert list(h.notes) == ["u-e"]
