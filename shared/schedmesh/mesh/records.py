@@ -46,15 +46,15 @@ def describe(topic: str, value: bytes) -> tuple[str, int]:
     return what + (f" and {len(items) - 3} more" if len(items) > 3 else ""), len(value)
 
 
-Item = TypeVar("Item", events_pb2.PodRecord, events_pb2.Event, events_pb2.NodeRecord)
+Msg = TypeVar("Msg", events_pb2.PodRecord, events_pb2.Event, events_pb2.NodeRecord)
 
 
-def in_batches(items: Iterable[Item], wrap: Callable[[list[Item]], tuple[str, str, bytes]],
+def in_batches(items: Iterable[Msg], wrap: Callable[[list[Msg]], tuple[str, str, bytes]],
                limit: int = BATCH_RECORD_BYTES) -> list[tuple[str, str, bytes]]:
     """`wrap` applied to consecutive runs of `items`, in order, each run's items together under
     `limit` bytes (an item larger than that alone in its run)."""
     out: list[tuple[str, str, bytes]] = []
-    run: list[Item] = []
+    run: list[Msg] = []
     size = 0
     for item in items:
         item_size = item.ByteSize() + 8  # the batch field's tag and length
@@ -125,7 +125,6 @@ def manifest_records(m: Manifests, source: str = "") -> list[tuple[str, str, byt
 
 
 # ---- batches and deltas ---------------------------------------------------------------------
-Msg = TypeVar("Msg", events_pb2.PodRecord, events_pb2.Event, events_pb2.NodeRecord)
 
 
 def expand(msg: Msg) -> Sequence[Msg]:
