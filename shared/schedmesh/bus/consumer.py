@@ -80,7 +80,7 @@ def idle_poll_ms() -> int:
     return max(0, int(os.environ.get("SCHEDMESH_IDLE_POLL_MS", "1000")))
 
 
-_default_idle_poll_ms = idle_poll_ms  # (EventConsumer's parameter of that name hides it)
+_default_idle_poll_ms = idle_poll_ms  # (EventConsumer's parameters of these names hide them)
 
 
 def watcher_fetch_min_bytes() -> int:
@@ -91,11 +91,28 @@ def watcher_fetch_min_bytes() -> int:
     return max(1, int(os.environ.get("SCHEDMESH_WATCHER_FETCH_MIN_BYTES", "1")))
 
 
+def fetch_interval_ms() -> int:
+    """The least time between two fetches of a consumer on the scheduling path (the queue-manager's
+    and the binder's caches). SCHEDMESH_FETCH_INTERVAL_MS tunes it (0: fetch again at once)."""
+    return max(0, int(os.environ.get("SCHEDMESH_FETCH_INTERVAL_MS", "0")))
+
+
+_default_fetch_interval_ms = fetch_interval_ms
+
+
+def watcher_fetch_interval_ms() -> int:
+    """fetch_interval_ms for consumers off the scheduling path (watcher_options): a record
+    reaches them up to this much later. SCHEDMESH_WATCHER_FETCH_INTERVAL_MS tunes it."""
+    return max(fetch_interval_ms(), int(os.environ.get("SCHEDMESH_WATCHER_FETCH_INTERVAL_MS", "50")))
+
+
 def watcher_options() -> dict[str, Any]:
     """EventConsumer options of a consumer off the scheduling path (the kubelet agent, the
     controllers, the preemption service, the queue-manager's Events): longer fetch waits
-    (watcher_fetch_max_wait_ms), fuller fetches (watcher_fetch_min_bytes)."""
-    return {"fetch_max_wait_ms": watcher_fetch_max_wait_ms(), "fetch_min_bytes": watcher_fetch_min_bytes()}
+    (watcher_fetch_max_wait_ms), fuller fetches (watcher_fetch_min_bytes), more time between
+    fetches (watcher_fetch_interval_ms)."""
+    return {"fetch_max_wait_ms": watcher_fetch_max_wait_ms(), "fetch_min_bytes": watcher_fetch_min_bytes(),
+            "fetch_interval_ms": watcher_fetch_interval_ms()}
 
 
 #: aiokafka's fetch loop wakes up at least this often (its consumer_timeout_ms, 0.2 s) though a
@@ -176,6 +193,11 @@ class EventConsumer:
     for their end offsets every ``idle_poll_ms`` (default :func:`idle_poll_ms`; 0: never doze)
     instead of fetching; new end offsets or :meth:`wake` make it fetch again. While dozing it
     probes the broker every :func:`idle_probe_interval` seconds.
+
+    Pacing (manual assignment only): after each fetch the consumer pauses its partitions for
+    ``fetch_interval_ms`` (default :func:`fetch_interval_ms`), so that it holds no fetch at the
+    broker meanwhile, and the next fetch gets what was written in one answer. :meth:`hurry`
+    (someone waits for offsets this consumer has not read: ClusterCache.wait_for) ends the pause.
     """
 
     def __init__(
@@ -192,6 +214,7 @@ class EventConsumer:
         poll_interval: float = 0.2,
         idle_poll_ms: int | None = None,
         idle_after: float = IDLE_AFTER_SECONDS,
+        fetch_interval_ms: int | None = None,
         **consumer_options: Any,
     ) -> None:
         self._bootstrap = bootstrap_servers
@@ -218,6 +241,10 @@ class EventConsumer:
         poll_ms = _default_idle_poll_ms() if idle_poll_ms is None else idle_poll_ms
         self._idle_poll = poll_ms / 1000 if group_id is None else 0.0
         self._idle_after = idle_after
+        # pacing: after a fetch, none for this long (see fetch_interval_ms) unless hurried
+        interval_ms = _default_fetch_interval_ms() if fetch_interval_ms is None else fetch_interval_ms
+        self._fetch_interval = interval_ms / 1000
+        self._paced_until = 0.0
         self._dozing = False
         self._awake_until = 0.0
         self._next_poll = 0.0
@@ -321,6 +348,7 @@ class EventConsumer:
             raise
         self._consumer = consumer
         self._dozing = False
+        self._paced_until = 0.0
         self._awake_until = time.monotonic() + IDLE_AFTER_SECONDS
 
     async def _manual_assignment(self) -> list[TopicPartition]:
@@ -411,7 +439,7 @@ class EventConsumer:
         deadline = loop.time() + timeout
         out: list[Record] = []
         epoch = self._restart_count
-        self.wake()
+        self.hurry()
         while True:
             await self._handle_restart_if_pending()
             if epoch != self._restart_count:  # records of the lost broker are void
@@ -437,7 +465,7 @@ class EventConsumer:
                     return out
                 if loop.time() > deadline:
                     raise BusError(f"catch_up timed out; still behind on {behind}")
-                self.wake()  # behind: no dozing off before the end
+                self.hurry()  # behind: no dozing off or pause before the end
                 out += await self.getmany(self._poll_interval)
 
     @staticmethod
@@ -466,6 +494,8 @@ class EventConsumer:
             await asyncio.sleep(min(timeout, self._poll_interval))
             return []
         if self._dozing and not await self._doze(consumer, timeout):
+            return []
+        if self._paced_until and not await self._wait_pace(consumer, timeout):
             return []
         if self._idle_poll:
             # about to doze off: one more fetch, not the caller's whole timeout of fetches
@@ -557,6 +587,26 @@ class EventConsumer:
         with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to wake
             loop.call_soon_threadsafe(self._wake_now)
 
+    def hurry(self) -> None:
+        """Fetch now: like :meth:`wake`, and ends the pause after the last fetch (pacing).
+        Thread-safe."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self._hurry_now()
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to hurry
+            loop.call_soon_threadsafe(self._hurry_now)
+
+    def _hurry_now(self) -> None:
+        self._end_pace(self._consumer)
+        self._wake_now()
+
     def _wake_now(self) -> None:
         self._awake_until = max(self._awake_until, time.monotonic() + IDLE_AFTER_SECONDS)
         self._resume()
@@ -564,6 +614,7 @@ class EventConsumer:
     def _resume(self) -> None:
         if self._dozing:
             self._dozing = False
+            self._paced_until = 0.0  # every partition resumes here
             consumer = self._consumer
             if consumer is not None:
                 consumer.resume(*consumer.assignment())
@@ -589,6 +640,36 @@ class EventConsumer:
             _set_fetcher_timeout(consumer, _DOZING_FETCHER_TIMEOUT)
             self._dozing = True
             self._next_poll = now + self._idle_poll
+            return
+        if self._fetch_interval and self._group_id is None and consumer.assignment():
+            consumer.pause(*consumer.assignment())
+            self._paced_until = now + self._fetch_interval
+
+    async def _wait_pace(self, consumer: AIOKafkaConsumer, timeout: float) -> bool:
+        """Until the pause after the last fetch ends (or :meth:`hurry`); True when it may fetch,
+        False when ``timeout`` ended first."""
+        wait = min(self._paced_until - time.monotonic(), timeout)
+        if wait > 0:
+            loop = asyncio.get_running_loop()
+            self._nap = nap = loop.create_future()
+            timer = loop.call_later(wait, self._end_nap)
+            try:
+                await nap
+            finally:
+                timer.cancel()
+                self._nap = None
+        if consumer is not self._consumer or self._stopped:
+            return False
+        if self._paced_until and time.monotonic() < self._paced_until:
+            return False  # the caller's timeout, or a wake() that does not hurry: still paced
+        self._end_pace(consumer)
+        return True
+
+    def _end_pace(self, consumer: AIOKafkaConsumer | None) -> None:
+        if self._paced_until:
+            self._paced_until = 0.0
+            if consumer is not None and not self._dozing:
+                consumer.resume(*consumer.assignment())
 
     async def _doze(self, consumer: AIOKafkaConsumer, timeout: float) -> bool:
         """While dozing, wait until woken, the end offsets grow or ``timeout`` ends; True
@@ -656,7 +737,7 @@ class EventConsumer:
         for tp in assignment:
             self._delivered.pop(tp, None)
         await self._track_positions(self._consumer, assignment)
-        self.wake()
+        self.hurry()
 
     async def commit(self) -> None:
         """Commit the offsets of the records handed out so far (group mode only)."""

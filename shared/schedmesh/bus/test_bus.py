@@ -352,6 +352,28 @@ async def test_no_record_is_lost_or_repeated_across_dozing_and_waking(kafka: Kaf
     assert got == list(range(sent))
 
 
+async def test_a_paced_consumer_waits_between_fetches_unless_hurried(kafka: KafkaTarget, topic: TopicSpec) -> None:
+    """fetch_interval_ms: after a fetch the consumer holds none at the broker for that long (the
+    embedded broker re-examines every held fetch at each record written), so records written
+    meanwhile come together in the next fetch; hurry() (ClusterCache.wait_for's) fetches at once.
+    Nothing is lost or repeated across the pauses."""
+    async with EventConsumer(kafka.bootstrap_servers, [topic], fetch_interval_ms=1500, idle_poll_ms=0) as consumer:
+        await _send_from_elsewhere(kafka.bootstrap_servers, topic.name, b"0")
+        assert [r.value for r in await _collect(consumer, 1)] == [b"0"]
+        assert consumer._consumer is not None and consumer._consumer.paused() == consumer.assignment()
+        for value in (b"1", b"2"):
+            await _send_from_elsewhere(kafka.bootstrap_servers, topic.name, value)
+        started = time.monotonic()
+        assert await consumer.getmany(timeout=0.5) == []  # still paced
+        got = await _collect(consumer, 2, timeout=5)
+        assert [r.value for r in got] == [b"1", b"2"] and time.monotonic() - started > 0.9
+        await _send_from_elsewhere(kafka.bootstrap_servers, topic.name, b"3")
+        consumer.hurry()
+        started = time.monotonic()
+        assert [r.value for r in await _collect(consumer, 1, timeout=5)] == [b"3"]
+        assert time.monotonic() - started < 1.0
+
+
 async def test_stop_ends_a_reader_dozing_in_getmany(kafka: KafkaTarget, topic: TopicSpec) -> None:
     """(A follow loop once spun on the event loop from there, so stop() never finished.)"""
     consumer = EventConsumer(kafka.bootstrap_servers, [topic], idle_poll_ms=60_000, idle_after=0.1)
@@ -645,9 +667,12 @@ def test_watcher_options_wait_longer_and_gather_more(monkeypatch):
     from schedmesh.bus.consumer import fetch_max_wait_ms, watcher_options
     monkeypatch.delenv("SCHEDMESH_WATCHER_FETCH_MIN_BYTES", raising=False)
     monkeypatch.setenv("SCHEDMESH_WATCHER_FETCH_MAX_WAIT_MS", "1")
-    assert watcher_options() == {"fetch_max_wait_ms": fetch_max_wait_ms(), "fetch_min_bytes": 1}
+    monkeypatch.delenv("SCHEDMESH_FETCH_INTERVAL_MS", raising=False)
+    monkeypatch.delenv("SCHEDMESH_WATCHER_FETCH_INTERVAL_MS", raising=False)
+    assert watcher_options() == {"fetch_max_wait_ms": fetch_max_wait_ms(), "fetch_min_bytes": 1, "fetch_interval_ms": 50}
     monkeypatch.setenv("SCHEDMESH_WATCHER_FETCH_MIN_BYTES", "65536")
     monkeypatch.setenv("SCHEDMESH_WATCHER_FETCH_MAX_WAIT_MS", "80")
-    assert watcher_options() == {"fetch_max_wait_ms": 80, "fetch_min_bytes": 65536}
+    monkeypatch.setenv("SCHEDMESH_FETCH_INTERVAL_MS", "70")  # never below the scheduling path's
+    assert watcher_options() == {"fetch_max_wait_ms": 80, "fetch_min_bytes": 65536, "fetch_interval_ms": 70}
     monkeypatch.setenv("SCHEDMESH_WATCHER_FETCH_MIN_BYTES", "0")
     assert watcher_options()["fetch_min_bytes"] == 1

@@ -72,7 +72,7 @@ from schedmesh.mesh.records import (apply_node_update, apply_update, event_batch
                                     pod_message, pod_record, status_update)
 from schedmesh.mesh.runtime import ServiceProcess
 from schedmesh.telemetry import k8s_attributes, metrics
-from schedmesh.telemetry.propagation import extract_kafka_headers
+from schedmesh.telemetry.propagation import context_from_traceparent
 from schedmesh.v1 import events_pb2
 
 log = logging.getLogger("schedmesh.agent")
@@ -542,7 +542,7 @@ class KubeletAgent:
     def _context(r: Record, rec: events_pb2.PodRecord) -> Context:
         """The pod's own trace when the record names it, else the Kafka record's."""
         if rec.traceparent:
-            return extract_kafka_headers([("traceparent", rec.traceparent.encode())])
+            return context_from_traceparent(rec.traceparent)
         return r.context
 
     async def _serve_applied_node(self, rec: events_pb2.NodeRecord) -> bool:

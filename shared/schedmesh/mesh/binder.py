@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -40,7 +39,7 @@ from schedmesh.mesh.records import (binding_update, event_batch_records, expand,
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
 from schedmesh.telemetry import k8s_attributes, metrics, records_under, set_error
 from schedmesh.telemetry.logs import pod_key
-from schedmesh.telemetry.propagation import extract_kafka_headers, traceparent_of
+from schedmesh.telemetry.propagation import context_from_traceparent, traceparent_of
 from schedmesh.v1 import binder_pb2, binder_pb2_grpc, events_pb2
 
 log = logging.getLogger("schedmesh.binder")
@@ -192,23 +191,22 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
     def _bound_records(self, pod: Pod, node: str, traceparent: str) -> tuple[events_pb2.PodRecord, events_pb2.Event]:
         """The binding delta and the Scheduled event of one pod, inside the binder's span of that
         pod's trace; the delta carries this span on to the kubelet agent."""
-        ctx = extract_kafka_headers([("traceparent", traceparent.encode())]) if traceparent else None
+        ctx = context_from_traceparent(traceparent) if traceparent else None
         if records_under(tracer, ctx):
-            span = tracer.start_as_current_span("bind", context=ctx, attributes=k8s_attributes(pod, node))
-        elif ctx is not None:  # the span would not be recorded: the trace goes on from the caller's span
-            span = trace.use_span(trace.get_current_span(ctx), end_on_exit=False)
-        else:
-            span = contextlib.nullcontext()
-        with span:
-            here = traceparent_of(trace.get_current_span())
-            if pod.uid in self.ledger.cache.pods:
-                update = binding_update(pod, node, self.name, here)
-            else:  # readers cannot know this pod yet: publish it whole
-                update = pod_message(bound_pod(pod, node), source=self.name)
-                update.traceparent = here
-            return (update,
-                    event_message(pod, "Scheduled", f"Successfully assigned {pod.key} to {node}",
-                                  pod.scheduler_name or DEFAULT_SCHEDULER_NAME))
+            with tracer.start_as_current_span("bind", context=ctx, attributes=k8s_attributes(pod, node)) as span:
+                return self._bound_records_in(pod, node, traceparent_of(span))
+        # not recorded: the trace goes on from the caller's span (or, without one, this request's)
+        return self._bound_records_in(pod, node, traceparent_of(trace.get_current_span(ctx)))
+
+    def _bound_records_in(self, pod: Pod, node: str, here: str) -> tuple[events_pb2.PodRecord, events_pb2.Event]:
+        if pod.uid in self.ledger.cache.pods:
+            update = binding_update(pod, node, self.name, here)
+        else:  # readers cannot know this pod yet: publish it whole
+            update = pod_message(bound_pod(pod, node), source=self.name)
+            update.traceparent = here
+        return (update,
+                event_message(pod, "Scheduled", f"Successfully assigned {pod.key} to {node}",
+                              pod.scheduler_name or DEFAULT_SCHEDULER_NAME))
 
     def _request_pod(self, msg) -> Pod:
         """The pod a binding names: the ledger's own copy when it holds this very version (a
@@ -256,7 +254,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
             if r.bound:
                 continue
             metrics.observe_binder_conflict(r.reason)
-            ctx = extract_kafka_headers([("traceparent", b.traceparent.encode())]) if b.traceparent else None
+            ctx = context_from_traceparent(b.traceparent) if b.traceparent else None
             with tracer.start_as_current_span("bind", context=ctx, attributes={
                     **k8s_attributes(b.pod, b.node_name), "schedmesh.client": client_id}) as span:
                 set_error(span, r.reason)

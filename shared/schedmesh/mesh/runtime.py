@@ -200,8 +200,9 @@ class CacheFollower:
         self._user_restart = on_restart
         self.consumer = EventConsumer(bootstrap, list(topics), client_id=client_id, on_restart=self._restarted,
                                       **consumer_options)
-        # whoever waits for offsets this cache has not read (ClusterCache.wait_for) wakes a dozing consumer
-        cache.wakers.append(self.consumer.wake)
+        # whoever waits for offsets this cache has not read (ClusterCache.wait_for) wakes a dozing
+        # consumer and ends its pause between fetches
+        cache.wakers.append(self.consumer.hurry)
         self._lag = metrics.ConsumerLagSampler(client_id)
 
     async def _restarted(self) -> None:

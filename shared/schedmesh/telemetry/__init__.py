@@ -22,6 +22,7 @@ from schedmesh.telemetry.conventions import child_span, k8s_attributes, records_
 from schedmesh.telemetry.grpc_tracing import client_interceptors, server_interceptor
 from schedmesh.telemetry.logs import TraceContextFilter, in_pod_context, pod_context, setup_logging, v
 from schedmesh.telemetry.propagation import (
+    context_from_traceparent,
     extract_grpc_metadata,
     extract_kafka_headers,
     inject_grpc_metadata,
@@ -39,6 +40,7 @@ __all__ = [
     "TraceContextFilter",
     "child_span",
     "client_interceptors",
+    "context_from_traceparent",
     "extract_grpc_metadata",
     "extract_kafka_headers",
     "in_pod_context",

@@ -11,9 +11,10 @@ keys case-insensitively and returns a fresh :class:`~opentelemetry.context.Conte
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
-from opentelemetry import propagate
+from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter, Setter
 
@@ -77,6 +78,31 @@ def extract_kafka_headers(
 ) -> Context:
     """The trace context carried by Kafka record ``headers`` (on top of ``context``)."""
     return propagate.extract(list(headers or ()), context=context or Context(), getter=_GETTER)
+
+
+def context_from_traceparent(traceparent: str) -> Context:
+    """The context of the remote span a W3C ``traceparent`` field names (BindRequest.traceparent,
+    PodRecord.traceparent: always W3C, whatever ``OTEL_PROPAGATORS`` says), parsed directly: the
+    propagators' extraction, per pod in the binder and the kubelet agent, was a tenth of their
+    CPU. An empty or malformed value gives an empty context, as extraction would."""
+    span = _remote_span(traceparent)
+    return trace.set_span_in_context(span, Context()) if span is not None else Context()
+
+
+# the W3C format as OpenTelemetry's TraceContextTextMapPropagator reads it
+_TRACEPARENT = re.compile(r"^\s*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\s*$")
+
+
+def _remote_span(traceparent: str) -> trace.NonRecordingSpan | None:
+    match = _TRACEPARENT.match(traceparent)
+    if match is None:
+        return None
+    version, trace_id, span_id, flags, rest = match.groups()
+    if version == "ff" or (version == "00" and rest):
+        return None
+    context = trace.SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True,
+                                trace_flags=trace.TraceFlags(int(flags, 16)))
+    return trace.NonRecordingSpan(context) if context.is_valid else None
 
 
 def inject_grpc_metadata(

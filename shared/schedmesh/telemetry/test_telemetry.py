@@ -85,6 +85,27 @@ def test_traceparent_of_is_what_the_propagator_injects() -> None:
     assert traceparent_of(trace.INVALID_SPAN) == ""
 
 
+@pytest.mark.parametrize("traceparent", [
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+    " 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01 ",
+    "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-future",  # a later version may add fields
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",  # version 00 may not
+    "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+    "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+    "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333-01",
+    "garbage", "",
+])
+def test_context_from_traceparent_is_what_extraction_gives(traceparent: str) -> None:
+    from schedmesh.telemetry import context_from_traceparent
+    direct = trace.get_current_span(context_from_traceparent(traceparent)).get_span_context()
+    extracted = trace.get_current_span(extract_kafka_headers([("traceparent", traceparent.encode())])).get_span_context()
+    assert (direct.is_valid, direct.trace_id, direct.span_id, direct.trace_flags, direct.is_remote) == \
+        (extracted.is_valid, extracted.trace_id, extracted.span_id, extracted.trace_flags, extracted.is_remote)
+
+
 def test_extract_without_headers_is_empty_context() -> None:
     for carrier in (None, [], [("x-app", b"1")], [("traceparent", b"garbage")]):
         ctx = extract_kafka_headers(carrier)
