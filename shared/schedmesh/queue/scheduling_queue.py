@@ -785,6 +785,11 @@ class PriorityQueue(RuntimeNominator):
         with self._lock:
             return len(self._active) + len(self._backoff) + len(self._unschedulable)
 
+    def has_active(self) -> bool:
+        """Whether activeQ holds a pod (a hint, read without the lock: the binding cycle's
+        batching asks it between pods)."""
+        return len(self._active) > 0
+
 
 _UNSCHEDULED_POD_ADD_LABEL = event_label(EVENT_UNSCHEDULED_POD_ADD)
 _UNSCHEDULED_POD_UPDATE_LABEL = event_label(EVENT_UNSCHEDULED_POD_UPDATE)

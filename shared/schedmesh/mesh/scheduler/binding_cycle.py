@@ -67,11 +67,7 @@ class BindingCycle:
                 batch = [self._bind_queue.get(timeout=1.0)]
             except queue.Empty:
                 continue
-            while len(batch) < self.cfg.max_bind_batch:
-                try:
-                    batch.append(self._bind_queue.get_nowait())
-                except queue.Empty:
-                    break
+            self._gather(batch)
             batch = [a for a in batch if a is not None]
             if not batch:
                 continue
@@ -81,6 +77,25 @@ class BindingCycle:
                 log.exception("binding batch of %d failed", len(batch))
                 for a in batch:
                     self._binding_failed(a, "internal error in the binding cycle")  # in its pod's context
+
+    def _gather(self, batch: list) -> None:
+        """The bindings queued behind the first, and for up to bind_linger_seconds those of the
+        pods still being decided or in activeQ (no waiting when there are none: a lone pod is
+        bound at once)."""
+        linger_until = time.monotonic() + self.cfg.bind_linger_seconds
+        while len(batch) < self.cfg.max_bind_batch:
+            try:
+                batch.append(self._bind_queue.get_nowait())
+                continue
+            except queue.Empty:
+                pass
+            remaining = linger_until - time.monotonic()
+            if remaining <= 0 or self._stop.is_set() or not (self.deciding or self.queue.has_active()):
+                return
+            try:
+                batch.append(self._bind_queue.get(timeout=remaining))
+            except queue.Empty:
+                return
 
     def _bind_batch(self, batch: list[AssumedPod]) -> None:
         ready: list[AssumedPod] = []

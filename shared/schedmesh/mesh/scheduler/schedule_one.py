@@ -117,6 +117,7 @@ class ScheduleOne:
                 else:
                     (run, prepared), ahead = ahead, None
                 if run:
+                    self.deciding = True  # the binding cycle's batching waits for these pods' bindings
                     batch = self._prepared_batch(prepared)
                     # Not after a pod that is not node-local: assuming it (inter-pod affinity
                     # terms) would end a batch prepared meanwhile.
@@ -127,7 +128,10 @@ class ScheduleOne:
                             start = batch.next_start if batch is not None and batch.next_start is not None \
                                 else self.algo.next_start_node_index
                             ahead = (following, self._prepare_run(following, start))
-                    self._attempt_run(run, batch)
+                    try:
+                        self._attempt_run(run, batch)
+                    finally:
+                        self.deciding = False
                     continue
             if self.queue.closed:
                 return

@@ -126,6 +126,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                            if self._preemption_channel is not None else None)
         self._preemption_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="preemption")
         self.loop_running = threading.Event()
+        self.deciding = False  # the scheduling thread holds popped pods not yet decided
         self.attempts = 0
         self.cycle_seconds = 0.0
         self._resource_version = 0

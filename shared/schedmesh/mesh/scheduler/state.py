@@ -40,6 +40,10 @@ class QueueManagerConfig:
     # it may be in the log) is sent again, to the same node, for this long before it is refused.
     bind_retry_seconds: float = 60.0
     max_bind_batch: int = 512
+    # While activeQ holds pods (their bindings are moments away), a BindBatch waits this long for
+    # them: one binder record per batch, read by every service, so fewer and fuller batches cost
+    # the whole mesh less (an Apply of 10 pods at a steady rate went out in 2-3 batches).
+    bind_linger_seconds: float = 0.01
     tie_break: str = "random"
     # Refuse names a Kubernetes API server refuses (e.g. "p0-fields_missing"); off by default so
     # that recorded scenarios apply unchanged: such names are accepted with a warning.

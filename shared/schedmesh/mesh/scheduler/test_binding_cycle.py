@@ -73,7 +73,10 @@ class Cycle(BindingCycle):
         self.assumed, self.notes = {}, {}
         self.cache = SimpleNamespace(lock=threading.RLock(), pods={}, view_offsets=dict, expect_records=lambda: None)
         self.done, self.forgotten, self.requeued, self.events, self.moved = [], [], [], [], []
+        self.active: list[str] = []  # the pods activeQ holds (the binding loop's linger asks)
+        self.deciding = False
         self.queue = SimpleNamespace(
+            has_active=lambda: bool(self.active),
             done=self.done.append,
             move_all_to_active_or_backoff_queue=lambda ev, old, new, pre_check=None: self.moved.append(
                 (ev, old.name, old.node_name)))
@@ -306,3 +309,39 @@ def test_the_binding_loop_waits_for_bindings_and_ends_when_stop_wakes_it() -> No
     loop.join(5)
     assert not loop.is_alive() and time.monotonic() - stopped < 0.5
     assert batches == [["a"]]
+
+
+def test_bindings_of_pods_still_in_active_q_join_the_batch_for_a_moment() -> None:
+    """Every BindBatch is a binder record that every service reads: while activeQ holds pods
+    (their bindings are a cycle away) the loop waits up to bind_linger_seconds for them; with
+    activeQ empty a lone binding goes at once."""
+    c = Cycle(ScriptedBinder(), retry_seconds=0)
+    c.cfg.bind_linger_seconds = 1.0
+    batches: list[list[str]] = []
+    c._bind_batch = lambda batch: batches.append([a.pod.name for a in batch])
+    loop = threading.Thread(target=c._binding_loop, daemon=True)
+    loop.start()
+
+    def wait_for(count: int) -> float:
+        started, deadline = time.monotonic(), time.monotonic() + 5
+        while len(batches) < count and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return time.monotonic() - started
+
+    c._bind_queue.put(c.assume("alone", "node-1"))
+    assert wait_for(1) < 0.5 and batches == [["alone"]]
+    c.active = ["b", "c"]
+    c._bind_queue.put(c.assume("a", "node-1"))
+    time.sleep(0.1)
+    c._bind_queue.put(c.assume("b", "node-1"))
+    c.active, c.deciding = [], True  # the last one popped, its cycle running
+    time.sleep(0.1)
+    c.deciding = False
+    c._bind_queue.put(c.assume("c", "node-1"))  # decided: its binding ends the wait
+    assert wait_for(2) < 0.5 and batches == [["alone"], ["a", "b", "c"]]
+    c.active = ["never-bound"]  # a pod that fails its cycle: the batch waits no longer than the linger
+    c._bind_queue.put(c.assume("d", "node-1"))
+    assert 0.8 < wait_for(3) < 1.6 and batches[-1] == ["d"]
+    c._stop.set()
+    c._bind_queue.put(None)
+    loop.join(5)
