@@ -245,6 +245,9 @@ class EventConsumer:
         interval_ms = _default_fetch_interval_ms() if fetch_interval_ms is None else fetch_interval_ms
         self._fetch_interval = interval_ms / 1000
         self._paced_until = 0.0
+        # a single-partition topic's partition 0, held until its other partitions, written by an
+        # earlier version that spread the topic by key, are read up to these end offsets
+        self._held: dict[TopicPartition, dict[TopicPartition, int]] = {}
         self._dozing = False
         self._awake_until = 0.0
         self._next_poll = 0.0
@@ -336,13 +339,15 @@ class EventConsumer:
             return
         await consumer.start()
         try:
-            assignment = await self._manual_assignment()
+            assignment = await self._manual_assignment(consumer, from_beginning)
             consumer.assign(assignment)
             if from_beginning:
                 await consumer.seek_to_beginning(*assignment)
             else:
                 await consumer.seek_to_end(*assignment)
             await self._track_positions(consumer, assignment)
+            if self._held:
+                consumer.pause(*self._held)
         except BaseException:
             await self._close(consumer)
             raise
@@ -351,10 +356,11 @@ class EventConsumer:
         self._paced_until = 0.0
         self._awake_until = time.monotonic() + IDLE_AFTER_SECONDS
 
-    async def _manual_assignment(self) -> list[TopicPartition]:
+    async def _manual_assignment(self, consumer: AIOKafkaConsumer, from_beginning: bool) -> list[TopicPartition]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._open_timeout
         assignment: list[TopicPartition] = []
+        self._held = {}
         for spec in self._specs:
             topic = spec.name
             while not (ids := await self._watch.partitions(topic)):
@@ -364,7 +370,11 @@ class EventConsumer:
             if spec.single_partition:
                 # every record of it is in partition 0 (EventProducer.send); the others, which
                 # exist only to match Tansu's auto-creation (topics.DEFAULT_PARTITIONS), stay empty
-                ids = [p for p in ids if p == 0]
+                # unless an earlier version wrote them (_legacy_partitions)
+                legacy = await self._legacy_partitions(consumer, topic, ids) if from_beginning else {}
+                if legacy:
+                    self._held[TopicPartition(topic, 0)] = legacy
+                ids = [p for p in ids if p == 0 or TopicPartition(topic, p) in legacy]
             assignment += [
                 TopicPartition(topic, p)
                 for p in ids
@@ -373,6 +383,35 @@ class EventConsumer:
         if not assignment:
             raise BusError(f"no partitions to read for {self._topics} (partitions={self._only_partitions})")
         return assignment
+
+    @staticmethod
+    async def _legacy_partitions(consumer: AIOKafkaConsumer, topic: str, ids: list[int]) -> dict[TopicPartition, int]:
+        """The partitions other than 0 of a single-partition topic that hold records, with their
+        end offsets: a topic that an earlier version spread by key (on a broker that keeps its
+        topics). They are read first, and partition 0 only after them, so that every object's
+        older records come before its newer ones; nothing writes them any more."""
+        others = [TopicPartition(topic, p) for p in ids if p != 0]
+        if not others:
+            return {}
+        ends = await consumer.end_offsets(others)
+        starts = await consumer.beginning_offsets(others)
+        legacy = {tp: end for tp, end in ends.items() if end > starts.get(tp, 0)}
+        if legacy:
+            log.info("%s: reading %d record(s) an earlier version wrote to partitions %s before partition 0",
+                     topic, sum(end - starts.get(tp, 0) for tp, end in legacy.items()),
+                     sorted(tp.partition for tp in legacy))
+        return legacy
+
+    async def _release_held(self, consumer: AIOKafkaConsumer) -> None:
+        """Resume each held partition 0 whose topic's other partitions are read to their ends."""
+        for p0, legacy in list(self._held.items()):
+            if all([await consumer.position(tp) >= end for tp, end in legacy.items()]):
+                del self._held[p0]
+                if not (self._dozing or self._paced_until):
+                    consumer.resume(p0)
+
+    def _resumable(self, consumer: AIOKafkaConsumer) -> list[TopicPartition]:
+        return [tp for tp in consumer.assignment() if tp not in self._held]
 
     @staticmethod
     async def _close(consumer: AIOKafkaConsumer | None) -> None:
@@ -513,6 +552,8 @@ class EventConsumer:
         if self._group_id is None:
             batches = self._close_gaps(consumer, batches)
         out = [self._to_record(m, epoch) for msgs in batches.values() for m in msgs]
+        if self._held:
+            await self._release_held(consumer)
         self._pace(consumer, bool(out))
         return out
 
@@ -617,7 +658,7 @@ class EventConsumer:
             self._paced_until = 0.0  # every partition resumes here
             consumer = self._consumer
             if consumer is not None:
-                consumer.resume(*consumer.assignment())
+                consumer.resume(*self._resumable(consumer))
                 _set_fetcher_timeout(consumer, self._options.get("consumer_timeout_ms", 200) / 1000)
             self._probe_soon.set()  # a broker restart while dozing is noticed before the records are needed
         self._end_nap()
@@ -669,7 +710,7 @@ class EventConsumer:
         if self._paced_until:
             self._paced_until = 0.0
             if consumer is not None and not self._dozing:
-                consumer.resume(*consumer.assignment())
+                consumer.resume(*self._resumable(consumer))
 
     async def _doze(self, consumer: AIOKafkaConsumer, timeout: float) -> bool:
         """While dozing, wait until woken, the end offsets grow or ``timeout`` ends; True

@@ -263,6 +263,39 @@ async def test_a_single_partition_topic_is_read_from_partition_0_only(kafka: Kaf
     assert [r.value for r in records] == [str(i).encode() for i in range(8)]
 
 
+async def test_a_single_partition_topic_an_earlier_version_spread_is_read_older_partitions_first(
+        kafka: KafkaTarget) -> None:
+    """The catalogue's namespaces, priority classes, PDBs, leases and events topics were spread by
+    key before; on a broker that kept them (Apache Kafka), their other partitions are read first
+    and partition 0 after them, so an object's newer records (now all in 0) come after its
+    older ones; empty partitions are not read at all."""
+    from schedmesh.bus.topics import TOPIC_SPECS, PDBS
+    assert all(spec.single_partition for spec in TOPIC_SPECS.values())
+    assert TOPIC_SPECS[PDBS].single_partition
+    topic = TopicSpec(f"test.{uuid.uuid4().hex[:10]}", single_partition=True)
+    async with EventProducer(kafka.bootstrap_servers, topics=[topic]) as producer:
+        earlier = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+        await earlier.start()
+        try:
+            for partition, values in ((1, [b"a1", b"a2"]), (2, [b"b1"])):
+                for value in values:
+                    await earlier.send_and_wait(topic.name, value, key=value[:1], partition=partition)
+        finally:
+            await earlier.stop()
+        await producer.send(topic.name, b"a3", key="a")
+        await producer.send(topic.name, b"b2", key="b")
+        # one record per partition and fetch: partition 0 would otherwise come before a2
+        async with EventConsumer(kafka.bootstrap_servers, [topic], max_partition_fetch_bytes=1) as consumer:
+            assert consumer.assignment() == {TopicPartition(topic.name, p) for p in (0, 1, 2)}
+            got = await _collect(consumer, 5)
+            assert [r.partition for r in got][-2:] == [0, 0] and [r.value for r in got][-2:] == [b"a3", b"b2"]
+            assert sorted(r.value for r in got[:3]) == [b"a1", b"a2", b"b1"]
+            await producer.send(topic.name, b"a4", key="a")
+            assert [r.value for r in await _collect(consumer, 1)] == [b"a4"]
+        async with EventConsumer(kafka.bootstrap_servers, [topic], from_beginning=False) as consumer:
+            assert consumer.assignment() == {TopicPartition(topic.name, 0)}  # only what comes next
+
+
 async def _send_from_elsewhere(bootstrap: str, topic: str, value: bytes) -> None:
     """A send this process's consumers are not told about (as another process's would be)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)

@@ -60,7 +60,11 @@ class TopicSpec:
     # Every record goes to partition 0, so every consumer sees one total order. Nodes: kube's
     # node tree order is the order nodes were added, and replicas that must walk the same
     # order (sampling across shards) need the same add order. Pods: batches of bindings and
-    # status deltas from different writers apply after the pod's own record.
+    # status deltas from different writers apply after the pod's own record. The other topics:
+    # a reader's fetch then names one partition of each, not four (each partition in a fetch
+    # costs the broker and aiokafka's pure-Python decoding, every fetch of every reader).
+    # Partitions an earlier version wrote by key are read first (EventConsumer). Every topic of
+    # the catalogue is single-partition; other names (tests, tools) are spread by key.
     single_partition: bool = False
 
 
@@ -72,10 +76,9 @@ KEEP_ALL = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes":
 TOPIC_SPECS: dict[str, TopicSpec] = {
     spec.name: spec
     for spec in (
-        *(TopicSpec(t, DEFAULT_PARTITIONS, configs=dict(KEEP_ALL), single_partition=t in (NODES, PODS))
-          for t in STATE_TOPICS),
-        TopicSpec(LEASES, DEFAULT_PARTITIONS, configs=dict(_COMPACT)),
-        TopicSpec(EVENTS, DEFAULT_PARTITIONS),
+        *(TopicSpec(t, DEFAULT_PARTITIONS, configs=dict(KEEP_ALL), single_partition=True) for t in STATE_TOPICS),
+        TopicSpec(LEASES, DEFAULT_PARTITIONS, configs=dict(_COMPACT), single_partition=True),
+        TopicSpec(EVENTS, DEFAULT_PARTITIONS, single_partition=True),
     )
 }
 
