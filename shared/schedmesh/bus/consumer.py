@@ -778,6 +778,15 @@ class EventConsumer:
         for tp in assignment:
             self._delivered.pop(tp, None)
         await self._track_positions(self._consumer, assignment)
+        # an earlier version's partitions of a single-partition topic come first again
+        single = {spec.name for spec in self._specs if spec.single_partition}
+        others = [tp for tp in assignment if tp.topic in single and tp.partition != 0]
+        ends = await self._consumer.end_offsets(others) if others else {}
+        self._held = {}
+        for tp, end in ends.items():
+            self._held.setdefault(TopicPartition(tp.topic, 0), {})[tp] = end
+        if self._held:
+            self._consumer.pause(*self._held)
         self.hurry()
 
     async def commit(self) -> None:
