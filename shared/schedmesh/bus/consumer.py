@@ -10,7 +10,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -615,22 +615,15 @@ class EventConsumer:
         """Fetch now and for the next IDLE_AFTER_SECONDS: records are on their way (this
         process published them, or someone waits for offsets this consumer has not read).
         Thread-safe; cheap when awake."""
-        loop = self._loop
-        if loop is None:
-            return
-        try:
-            on_loop = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            on_loop = False
-        if on_loop:
-            self._wake_now()
-            return
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to wake
-            loop.call_soon_threadsafe(self._wake_now)
+        self._on_loop(self._wake_now)
 
     def hurry(self) -> None:
         """Fetch now: like :meth:`wake`, and ends the pause after the last fetch (pacing).
         Thread-safe."""
+        self._on_loop(self._hurry_now)
+
+    def _on_loop(self, action: Callable[[], None]) -> None:
+        """Run ``action`` now on this consumer's loop, or soon from another thread."""
         loop = self._loop
         if loop is None:
             return
@@ -639,10 +632,10 @@ class EventConsumer:
         except RuntimeError:
             on_loop = False
         if on_loop:
-            self._hurry_now()
+            action()
             return
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to hurry
-            loop.call_soon_threadsafe(self._hurry_now)
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to do
+            loop.call_soon_threadsafe(action)
 
     def _hurry_now(self) -> None:
         self._end_pace(self._consumer)
