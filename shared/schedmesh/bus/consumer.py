@@ -245,8 +245,10 @@ class EventConsumer:
         interval_ms = _default_fetch_interval_ms() if fetch_interval_ms is None else fetch_interval_ms
         self._fetch_interval = interval_ms / 1000
         self._paced_until = 0.0
-        # a single-partition topic's partition 0, held until its other partitions, written by an
-        # earlier version that spread the topic by key, are read up to these end offsets
+        # a single-partition topic's partition 0 -> the other partitions an earlier version wrote
+        # (spreading the topic by key) and their end offsets (nothing writes them any more); held:
+        # those partition 0s not yet resumed because those partitions are not read to their ends
+        self._legacy: dict[TopicPartition, dict[TopicPartition, int]] = {}
         self._held: dict[TopicPartition, dict[TopicPartition, int]] = {}
         self._dozing = False
         self._awake_until = 0.0
@@ -346,8 +348,7 @@ class EventConsumer:
             else:
                 await consumer.seek_to_end(*assignment)
             await self._track_positions(consumer, assignment)
-            if self._held:
-                consumer.pause(*self._held)
+            self._hold_legacy(consumer)
         except BaseException:
             await self._close(consumer)
             raise
@@ -360,7 +361,7 @@ class EventConsumer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._open_timeout
         assignment: list[TopicPartition] = []
-        self._held = {}
+        self._legacy = {}
         for spec in self._specs:
             topic = spec.name
             while not (ids := await self._watch.partitions(topic)):
@@ -373,7 +374,7 @@ class EventConsumer:
                 # unless an earlier version wrote them (_legacy_partitions)
                 legacy = await self._legacy_partitions(consumer, topic, ids) if from_beginning else {}
                 if legacy:
-                    self._held[TopicPartition(topic, 0)] = legacy
+                    self._legacy[TopicPartition(topic, 0)] = legacy
                 ids = [p for p in ids if p == 0 or TopicPartition(topic, p) in legacy]
             assignment += [
                 TopicPartition(topic, p)
@@ -401,6 +402,12 @@ class EventConsumer:
                      topic, sum(end - starts.get(tp, 0) for tp, end in legacy.items()),
                      sorted(tp.partition for tp in legacy))
         return legacy
+
+    def _hold_legacy(self, consumer: AIOKafkaConsumer) -> None:
+        """From the beginning: partition 0 of each topic with legacy partitions waits for them."""
+        self._held = dict(self._legacy)
+        if self._held:
+            consumer.pause(*self._held)
 
     async def _release_held(self, consumer: AIOKafkaConsumer) -> None:
         """Resume each held partition 0 whose topic's other partitions are read to their ends."""
@@ -656,6 +663,18 @@ class EventConsumer:
             self._probe_soon.set()  # a broker restart while dozing is noticed before the records are needed
         self._end_nap()
 
+    async def _take_nap(self, seconds: float) -> None:
+        """Wait ``seconds`` or until _end_nap (wake, hurry, stop). A future and a timer: the
+        cheapest wait asyncio has (wait_for on an Event makes a task)."""
+        loop = asyncio.get_running_loop()
+        self._nap = nap = loop.create_future()
+        timer = loop.call_later(seconds, self._end_nap)
+        try:
+            await nap
+        finally:
+            timer.cancel()
+            self._nap = None
+
     def _end_nap(self) -> None:
         if self._nap is not None and not self._nap.done():
             self._nap.set_result(None)
@@ -684,14 +703,7 @@ class EventConsumer:
         False when ``timeout`` ended first."""
         wait = min(self._paced_until - time.monotonic(), timeout)
         if wait > 0:
-            loop = asyncio.get_running_loop()
-            self._nap = nap = loop.create_future()
-            timer = loop.call_later(wait, self._end_nap)
-            try:
-                await nap
-            finally:
-                timer.cancel()
-                self._nap = None
+            await self._take_nap(wait)
         if consumer is not self._consumer or self._stopped:
             return False
         if self._paced_until and time.monotonic() < self._paced_until:
@@ -718,15 +730,7 @@ class EventConsumer:
                 continue
             if now >= deadline:
                 return False
-            # a future and a timer: the cheapest wait asyncio has (wait_for on an Event makes a task)
-            loop = asyncio.get_running_loop()
-            self._nap = nap = loop.create_future()
-            timer = loop.call_later(min(self._next_poll, deadline) - now, self._end_nap)
-            try:
-                await nap
-            finally:
-                timer.cancel()
-                self._nap = None
+            await self._take_nap(min(self._next_poll, deadline) - now)
         return not self._dozing and consumer is self._consumer and not self._stopped
 
     async def _has_unread(self, consumer: AIOKafkaConsumer) -> bool:
@@ -771,15 +775,7 @@ class EventConsumer:
         for tp in assignment:
             self._delivered.pop(tp, None)
         await self._track_positions(self._consumer, assignment)
-        # an earlier version's partitions of a single-partition topic come first again
-        single = {spec.name for spec in self._specs if spec.single_partition}
-        others = [tp for tp in assignment if tp.topic in single and tp.partition != 0]
-        ends = await self._consumer.end_offsets(others) if others else {}
-        self._held = {}
-        for tp, end in ends.items():
-            self._held.setdefault(TopicPartition(tp.topic, 0), {})[tp] = end
-        if self._held:
-            self._consumer.pause(*self._held)
+        self._hold_legacy(self._consumer)  # an earlier version's partitions come first again
         self.hurry()
 
     async def commit(self) -> None:
