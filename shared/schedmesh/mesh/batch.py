@@ -167,20 +167,7 @@ class ShardBatch:
             return None  # PreFilter narrowed differently here than on the shards
         self.hits += 1
         a.checked = True
-        feasible_pos = np.flatnonzero(seq == FEASIBLE)
-        search_all = to_find >= len(ordered)
-        # kube cancels the search at the (to_find+1)-th feasible node: what follows it was
-        # never examined (the walk of filter_in_order).
-        cutoff = int(feasible_pos[to_find]) if not search_all and len(feasible_pos) > to_find else len(ordered)
-        failed_pos = np.flatnonzero(seq[:cutoff] >= 0)
-        if len(failed_pos):
-            names = snapshot.cols.names
-            idx = seq[failed_pos].tolist()
-            diagnosis.node_to_status.update(zip([names[r] for r in ordered[failed_pos].tolist()],
-                                                [statuses[i] for i in idx]))
-            for i in set(idx):
-                diagnosis.add_plugin_status(statuses[i])
-        return ordered[feasible_pos[:to_find]]
+        return walk(seq, ordered, to_find, statuses, snapshot, diagnosis)
 
     def raw_scores(self, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
                    rows: np.ndarray) -> Optional[dict[str, np.ndarray]]:
@@ -215,6 +202,36 @@ class ShardBatch:
             merged[~have] = local[p]
             out[p] = merged
         return out
+
+
+def search_end(seq: np.ndarray, to_find: int) -> int:
+    """How far kube's search reads `seq` (verdicts in search order, FEASIBLE or a status
+    index): through the (to_find+1)-th feasible node, where it cancels, or to the end."""
+    if to_find >= len(seq):
+        return len(seq)
+    feasible_pos = np.flatnonzero(seq == FEASIBLE)
+    return int(feasible_pos[to_find]) + 1 if len(feasible_pos) > to_find else len(seq)
+
+
+def walk(seq: np.ndarray, ordered: np.ndarray, to_find: int, statuses: list[Status], snapshot: Snapshot,
+         diagnosis: Diagnosis) -> np.ndarray:
+    """kube's search over known verdicts (`seq`: per node of `ordered`, FEASIBLE or a status
+    index): the first `to_find` feasible nodes, the failures examined before the node where the
+    search cancels (the (to_find+1)-th feasible one) into `diagnosis`."""
+    feasible_pos = np.flatnonzero(seq == FEASIBLE)
+    search_all = to_find >= len(ordered)
+    # kube cancels the search at the (to_find+1)-th feasible node: what follows it was never
+    # examined (the walk of filter_in_order).
+    cutoff = int(feasible_pos[to_find]) if not search_all and len(feasible_pos) > to_find else len(ordered)
+    failed_pos = np.flatnonzero(seq[:cutoff] >= 0)
+    if len(failed_pos):
+        names = snapshot.cols.names
+        idx = seq[failed_pos].tolist()
+        diagnosis.node_to_status.update(zip([names[r] for r in ordered[failed_pos].tolist()],
+                                            [statuses[i] for i in idx]))
+        for i in set(idx):
+            diagnosis.add_plugin_status(statuses[i])
+    return ordered[feasible_pos[:to_find]]
 
 
 # ---- building a batch from the shards' answers --------------------------------------------

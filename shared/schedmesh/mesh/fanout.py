@@ -27,6 +27,7 @@ from schedmesh.api import convert
 from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh import batch as batching
+from schedmesh.mesh.replicas import ReplicaAnswers
 from schedmesh.mesh.runtime import GRPC_OPTIONS
 from schedmesh.scheduling.cycle import Diagnosis, LocalEvaluator
 from schedmesh.security.credentials import TLSFiles, channel
@@ -54,6 +55,8 @@ class FanOutEvaluator(LocalEvaluator):
         self._pool = ThreadPoolExecutor(max_workers=2 * max(len(filter_targets), len(score_targets), 1),
                                         thread_name_prefix="fanout")
         self._batch: Optional[batching.ShardBatch] = None  # the run of pods being decided (mesh/batch.py)
+        # Without filter shards: a template's answers kept for its next replicas (mesh/replicas.py)
+        self.replicas = ReplicaAnswers()
         # Where a batch's time goes (seconds, summed): the queue-manager's log shows it.
         self.batch_phases = dict.fromkeys(("view", "encode", "filter_rpc", "merge", "score_rpc"), 0.0)
 
@@ -148,6 +151,9 @@ class FanOutEvaluator(LocalEvaluator):
             if got is not None:
                 return got
         if not self.filter_stubs:
+            got = self.replicas.filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
+            if got is not None:
+                return got
             return super().filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
         cols = snapshot.cols
         evaluate_all = to_find >= len(ordered)
@@ -201,6 +207,10 @@ class FanOutEvaluator(LocalEvaluator):
             if got is not None:
                 return got
         if not self.score_stubs:
+            if not self.filter_stubs:
+                got = self.replicas.raw_scores(fw, state, pod, snapshot, rows)
+                if got is not None:
+                    return got
             return super().raw_scores(fw, state, pod, snapshot, rows)
         cols = snapshot.cols
         req = spb.ScoreRequest(pod=convert.pod_to_proto(pod), scheduler_name=fw.name, view=self.view_fn(),

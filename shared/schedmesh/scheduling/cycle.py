@@ -285,9 +285,11 @@ class SchedulingAlgorithm:
         return np.concatenate(found) if found else np.empty(0, np.int64)
 
     def filter_rows(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot", rows: np.ndarray,
-                    nominator: Optional[Nominator]) -> tuple[np.ndarray, np.ndarray, list[Status]]:
+                    nominator: Optional[Nominator], observe: bool = True
+                    ) -> tuple[np.ndarray, np.ndarray, list[Status]]:
         """Filter every node of `rows`, no quota: feasible rows, and rejected rows with their
-        statuses, in `rows` order. A search as filter_in_order's: one Filter observation."""
+        statuses, in `rows` order. A search as filter_in_order's: one Filter observation (unless
+        `observe` is False: part of a search the caller observes)."""
         t0 = perf_counter()
         code = Code.ERROR
         try:
@@ -298,7 +300,8 @@ class SchedulingAlgorithm:
             code = Code.SUCCESS
             return out
         finally:
-            fw.observe_extension_point("Filter", code, perf_counter() - t0)
+            if observe or code != Code.SUCCESS:
+                fw.observe_extension_point("Filter", code, perf_counter() - t0)
 
     def _filter_chunk(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot", part: np.ndarray,
                       nominated_rows: set[int], nominator: Optional[Nominator],

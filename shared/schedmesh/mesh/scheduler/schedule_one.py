@@ -218,6 +218,10 @@ class ScheduleOne:
                          1000 * ev.filter_seconds / self.attempts, 1000 * ev.score_seconds / self.attempts,
                          1000 * ev.batch_seconds / self.attempts, ev.batches, ev.batched_pods / max(ev.batches, 1),
                          self.queue.pending_pods_summary())
+                if ev.replicas.templates:
+                    pods, rows = ev.replicas.answered
+                    log.info("replica answers: %d templates, %d pods answered from them, %d rows evaluated again",
+                             ev.replicas.templates, pods, rows)
                 if ev.batches:
                     log.info("shard batches, ms per batch: %s", ", ".join(
                         f"{k} {1000 * t / ev.batches:.1f}" for k, t in ev.batch_phases.items()))

@@ -1,0 +1,149 @@
+"""A template's answers kept for its replicas (mesh/replicas.py): every pod decided exactly as the
+cycle decides it alone, whatever changes between the pods."""
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import pytest
+
+from schedmesh.api.types import Affinity, PodAffinity, PodAffinityTerm, Taint
+from schedmesh.bench.workloads import build, make_pod
+from schedmesh.cache.snapshot import Snapshot
+from schedmesh.framework.interface import CycleState
+from schedmesh.telemetry.metrics import FRAMEWORK_EXTENSION_POINT_DURATION
+from schedmesh.framework.profile import default_profile
+from schedmesh.framework.runtime import Framework
+from schedmesh.mesh.fanout import FanOutEvaluator
+from schedmesh.mesh.replicas import same_template
+from schedmesh.scheduling.cycle import FitError, LocalEvaluator, SchedulingAlgorithm
+
+
+class _Nominator:
+    """The queue's nominator as the cycle reads it: pods nominated to nodes."""
+
+    def __init__(self) -> None:
+        self.by_node: dict[str, list] = {}
+
+    def nominated_node_names(self):
+        return [n for n, pods in self.by_node.items() if pods]
+
+    def nominated_pods_for_node(self, node: str):
+        return self.by_node.get(node, [])
+
+
+def _outcome(res) -> tuple:
+    return (res.suggested_host, res.evaluated_nodes, res.feasible_nodes, res.totals.tolist(),
+            {k: v.tolist() for k, v in res.plugin_scores.items()},
+            sorted((n, s.code, s.reasons) for n, s in res.diagnosis.node_to_status.items()))
+
+
+def _schedule(nodes, init, pods, evaluator, churn: bool, seed: int = 7) -> tuple[list, FanOutEvaluator]:
+    """Each pod scheduled and assumed in turn; with `churn`, seeded changes between pods:
+    bound pods deleted, a node tainted and untainted, a pod with anti-affinity placed, a
+    nomination made and dropped."""
+    snap = Snapshot(nodes, init)
+    fw = Framework(default_profile(), snapshot_fn=lambda: snap)
+    algo = SchedulingAlgorithm(tie_break="random", seed=3, evaluator=evaluator)
+    nominator = _Nominator()
+    rng = random.Random(seed)
+    placed: list = []
+    out = []
+    for i, pod in enumerate(pods):
+        if churn:
+            roll = rng.random()
+            if roll < 0.15 and placed:
+                snap.remove_pod(placed.pop(rng.randrange(len(placed))))
+            elif roll < 0.17:
+                ni = snap.node_info_list[rng.randrange(snap.num_nodes())]
+                node = ni.node
+                node.taints = [] if node.taints else [Taint("dedicated", "NoSchedule", "x")]
+                snap.update_node(node)
+            elif roll < 0.18:
+                anti = make_pod(f"anti-{i}", labels={"app": "other"})
+                anti.affinity = Affinity(pod_anti_affinity=PodAffinity(required=[PodAffinityTerm(
+                    topology_key="kubernetes.io/hostname")]))
+                snap.add_pod(anti, snap.node_info_list[rng.randrange(snap.num_nodes())].name)
+            elif roll < 0.19:
+                from schedmesh.cache.node_info import PodInfo
+                big = make_pod(f"nominated-{i}", cpu="3")
+                big.priority = 10
+                name = snap.node_info_list[rng.randrange(snap.num_nodes())].name
+                nominator.by_node[name] = [PodInfo(big)]
+            elif roll < 0.20:
+                nominator.by_node.clear()
+        try:
+            res = algo.schedule_pod(fw, CycleState(), pod, snap, nominator=nominator)
+        except FitError as e:
+            out.append(("unschedulable", e.message(), algo.next_start_node_index))
+            continue
+        snap.add_pod(pod, res.suggested_host)
+        placed.append(pod)
+        out.append((_outcome(res), algo.next_start_node_index))
+    return out, evaluator
+
+
+@pytest.mark.parametrize("workload,nodes,churn", [
+    ("SchedulingBasic", 600, False),
+    ("SchedulingBasic", 40, True),  # every node evaluated
+    ("SchedulingBasic", 600, True),
+    ("MixedSchedulingBasePod", 500, True),
+    ("SchedulingNodeAffinity", 400, True),
+    ("Mixed", 400, True),
+])
+def test_every_pod_is_decided_as_the_cycle_decides_it_alone(workload: str, nodes: int, churn: bool) -> None:
+    w = build(workload, nodes, None, 400, 1)
+    alone, _ = _schedule(w.nodes, w.init, w.unschedulable + w.measured, LocalEvaluator(), churn)
+    w = build(workload, nodes, None, 400, 1)
+    kept, ev = _schedule(w.nodes, w.init, w.unschedulable + w.measured, FanOutEvaluator([], [], None), churn)
+    assert [i for i, (a, b) in enumerate(zip(alone, kept)) if a != b] == []
+    assert len(alone) == len(kept)
+    if workload != "Mixed":
+        assert ev.replicas.templates >= 1  # the answers were taken, not bypassed
+
+
+def test_unschedulable_replicas_and_templates_taking_turns() -> None:
+    """Replicas that fit nowhere, then ones that fill nodes until they fail, two templates
+    alternating: the failures' messages, node by node, are the cycle's."""
+    w = build("SchedulingBasic", 300, 0, 1, 1)
+    pods = [make_pod(f"huge-{i}", cpu="64") for i in range(5)]
+    pods += [make_pod(f"fill-{i}", cpu="1500m", mem_mi=100) for i in range(700)]
+    pods += [make_pod(f"t{i % 2}-{i}", cpu="100m" if i % 2 else "200m") for i in range(40)]
+    alone, _ = _schedule(w.nodes, [], pods, LocalEvaluator(), churn=False)
+    kept, ev = _schedule(w.nodes, [], pods, FanOutEvaluator([], [], None), churn=False)
+    assert alone == kept
+    assert any(o[0] == "unschedulable" for o in alone) and any(o[0] != "unschedulable" for o in alone)
+    assert ev.replicas.templates >= 2
+
+
+def test_one_filter_and_one_score_observation_per_cycle() -> None:
+    def counts() -> tuple[float, float]:
+        got = {}
+        for metric in FRAMEWORK_EXTENSION_POINT_DURATION.collect():
+            for s in metric.samples:
+                if s.name.endswith("_count") and s.labels.get("status") == "Success":
+                    got[s.labels["extension_point"]] = got.get(s.labels["extension_point"], 0) + s.value
+        return got.get("Filter", 0), got.get("Score", 0)
+
+    w = build("SchedulingBasic", 400, 0, 50, 1)
+    before = counts()
+    _schedule(w.nodes, [], w.measured, LocalEvaluator(), churn=False)
+    mid = counts()
+    _, ev = _schedule(w.nodes, [], w.measured, FanOutEvaluator([], [], None), churn=False)
+    after = counts()
+    assert ev.replicas.templates == 1
+    assert (mid[0] - before[0], mid[1] - before[1]) == (after[0] - mid[0], after[1] - mid[1]) == (50, 50)
+
+
+def test_replicas_differ_only_in_identity() -> None:
+    a, b = make_pod("a"), make_pod("b")
+    b.meta.resource_version, b.meta.creation_timestamp = "7", 12.0
+    assert same_template(a, b)
+    c = make_pod("c", labels={"app": "x"})
+    assert not same_template(a, c)
+    d = make_pod("d")
+    d.containers[0].requests["cpu"] = Fraction(2)
+    assert not same_template(a, d)
+    e = make_pod("e")
+    e.priority = 5
+    assert not same_template(a, e)
