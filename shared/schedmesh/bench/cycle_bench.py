@@ -24,12 +24,17 @@ from schedmesh.scheduling.cycle import FitError, SchedulingAlgorithm
 
 
 def schedule_in_process(workload: Workload, evaluate_all: bool = False, tie_break: str = "random",
-                        seed: Optional[int] = 1) -> Iterator[tuple[Pod, Optional[str], float]]:
+                        seed: Optional[int] = 1, replicas: bool = False) -> Iterator[tuple[Pod, Optional[str], float]]:
     """Schedules the workload's unschedulable pods, then its measured pods, each assumed on its
-    node before the next: yields (pod, chosen node or None, milliseconds of its cycle)."""
+    node before the next: yields (pod, chosen node or None, milliseconds of its cycle).
+    `replicas`: a template's answers kept for its replicas, as the queue-manager does."""
     snap = Snapshot(workload.nodes, workload.init)
     fw = Framework(default_profile(), snapshot_fn=lambda: snap)
-    algo = SchedulingAlgorithm(tie_break=tie_break, seed=seed)
+    evaluator = None
+    if replicas:
+        from schedmesh.mesh.replicas import ReplicaEvaluator
+        evaluator = ReplicaEvaluator()
+    algo = SchedulingAlgorithm(tie_break=tie_break, seed=seed, evaluator=evaluator)
     snap.cols  # build the columns once, as a long-running scheduler has them
     for pod in workload.unschedulable + workload.measured:
         t0 = time.perf_counter()
@@ -44,11 +49,11 @@ def schedule_in_process(workload: Workload, evaluate_all: bool = False, tie_brea
 
 def run(workload: str, nodes: Optional[int] = None, init_pods: Optional[int] = None, pods: Optional[int] = None,
         evaluate_all: bool = False, seed: int = 1, unschedulable_pods: Optional[int] = None,
-        tie_break: str = "random") -> dict:
+        tie_break: str = "random", replicas: bool = False) -> dict:
     w = build(workload, nodes, init_pods, pods, seed, unschedulable_pods)
     measured = {id(p) for p in w.measured}
     latencies, scheduled, unschedulable_placed, start, measured_start = [], 0, 0, time.perf_counter(), None
-    for pod, node, ms in schedule_in_process(w, evaluate_all, tie_break, seed):
+    for pod, node, ms in schedule_in_process(w, evaluate_all, tie_break, seed, replicas):
         if id(pod) not in measured:
             unschedulable_placed += node is not None
             continue
@@ -62,7 +67,7 @@ def run(workload: str, nodes: Optional[int] = None, init_pods: Optional[int] = N
     return {"benchmark": "cycle", "workload": workload, "nodes": len(w.nodes), "init_pods": len(w.init),
             "pods": len(w.measured), "unschedulable_pods": len(w.unschedulable),
             "unschedulable_placed": unschedulable_placed, "scheduled": scheduled,
-            "evaluate_all_nodes": evaluate_all, "seconds": round(seconds, 3),
+            "evaluate_all_nodes": evaluate_all, "replica_answers": replicas, "seconds": round(seconds, 3),
             "pods_per_second": round(len(w.measured) / seconds, 1),
             "latency_ms": {"p50": round(float(np.percentile(lat, 50)), 3),
                            "p90": round(float(np.percentile(lat, 90)), 3),
@@ -81,11 +86,13 @@ def add_arguments(p) -> None:
                    help="pods that fit nowhere, tried first (Unschedulable only; default 1,000)")
     p.add_argument("--all-nodes", action="store_true",
                    help="evaluate every node (as explain does) instead of percentageOfNodesToScore")
+    p.add_argument("--replicas", action="store_true",
+                   help="keep a template's answers for its replicas, as the queue-manager does (mesh/replicas.py)")
     p.add_argument("--tie-break", choices=("random", "name"), default="random")
     p.add_argument("--seed", type=int, default=1)
 
 
 def main(args) -> int:
     print(json.dumps(run(args.workload, args.nodes, args.init_pods, args.pods, args.all_nodes, args.seed,
-                         args.unschedulable_pods, args.tie_break)))
+                         args.unschedulable_pods, args.tie_break, args.replicas)))
     return 0

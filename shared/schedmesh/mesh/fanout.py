@@ -27,9 +27,9 @@ from schedmesh.api import convert
 from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh import batch as batching
-from schedmesh.mesh.replicas import ReplicaAnswers
+from schedmesh.mesh.replicas import ReplicaEvaluator
 from schedmesh.mesh.runtime import GRPC_OPTIONS
-from schedmesh.scheduling.cycle import Diagnosis, LocalEvaluator
+from schedmesh.scheduling.cycle import Diagnosis
 from schedmesh.security.credentials import TLSFiles, channel
 from schedmesh.telemetry import inject_grpc_metadata
 from schedmesh.v1 import scheduling_pb2 as spb
@@ -38,12 +38,14 @@ from schedmesh.v1 import scheduling_pb2_grpc as sgrpc
 ViewFn = Callable[[], spb.ClusterView]
 
 
-class FanOutEvaluator(LocalEvaluator):
+class FanOutEvaluator(ReplicaEvaluator):
     """Filter on the filter shards and raw Score on the score shards; either phase runs in
-    this process (LocalEvaluator) when it has no shards."""
+    this process (ReplicaEvaluator: a template's answers kept for its replicas) when it has no
+    shards."""
 
     def __init__(self, filter_targets: Sequence[str], score_targets: Sequence[str], view_fn: ViewFn,
                  timeout: float = 10.0) -> None:
+        super().__init__()
         self.view_fn = view_fn
         self.timeout = timeout
         self._channels = []
@@ -55,8 +57,6 @@ class FanOutEvaluator(LocalEvaluator):
         self._pool = ThreadPoolExecutor(max_workers=2 * max(len(filter_targets), len(score_targets), 1),
                                         thread_name_prefix="fanout")
         self._batch: Optional[batching.ShardBatch] = None  # the run of pods being decided (mesh/batch.py)
-        # Without filter shards: a template's answers kept for its next replicas (mesh/replicas.py)
-        self.replicas = ReplicaAnswers()
         # Where a batch's time goes (seconds, summed): the queue-manager's log shows it.
         self.batch_phases = dict.fromkeys(("view", "encode", "filter_rpc", "merge", "score_rpc"), 0.0)
 
@@ -151,9 +151,6 @@ class FanOutEvaluator(LocalEvaluator):
             if got is not None:
                 return got
         if not self.filter_stubs:
-            got = self.replicas.filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
-            if got is not None:
-                return got
             return super().filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
         cols = snapshot.cols
         evaluate_all = to_find >= len(ordered)
@@ -206,11 +203,7 @@ class FanOutEvaluator(LocalEvaluator):
             got = self._batch.raw_scores(fw, state, pod, snapshot, rows)
             if got is not None:
                 return got
-        if not self.score_stubs:
-            if not self.filter_stubs:
-                got = self.replicas.raw_scores(fw, state, pod, snapshot, rows)
-                if got is not None:
-                    return got
+        if not self.score_stubs:  # (answers kept for replicas only where this process filtered)
             return super().raw_scores(fw, state, pod, snapshot, rows)
         cols = snapshot.cols
         req = spb.ScoreRequest(pod=convert.pod_to_proto(pod), scheduler_name=fw.name, view=self.view_fn(),

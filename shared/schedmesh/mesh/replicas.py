@@ -30,7 +30,7 @@ from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
 from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh.batch import FEASIBLE, NOT_EVALUATED, batchable, nominations, search_end, walk
-from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm
+from schedmesh.scheduling.cycle import Diagnosis, LocalEvaluator, SchedulingAlgorithm
 
 # Changed rows up to this many are filtered and scored node by node (kube's per-node calls),
 # more in bulk.
@@ -264,3 +264,24 @@ class ReplicaAnswers:
         self.current = TemplateAnswers(pod, fw, snapshot, changes, nominations(nominator), status, kept)
         self.templates += 1
         return self.current
+
+
+class ReplicaEvaluator(LocalEvaluator):
+    """Filter and raw Score in this process, replicas answered from their template's answers."""
+
+    def __init__(self) -> None:
+        self.replicas = ReplicaAnswers()
+
+    def filter(self, algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
+               ordered: np.ndarray, to_find: int, diagnosis: Diagnosis, nominator: Optional[Nominator]) -> np.ndarray:
+        got = self.replicas.filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
+        if got is not None:
+            return got
+        return super().filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
+
+    def raw_scores(self, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
+                   rows: np.ndarray) -> dict[str, np.ndarray]:
+        got = self.replicas.raw_scores(fw, state, pod, snapshot, rows)
+        if got is not None:
+            return got
+        return super().raw_scores(fw, state, pod, snapshot, rows)
