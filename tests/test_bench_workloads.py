@@ -273,6 +273,16 @@ def test_bench_cycle_reports_the_unschedulable_pods_apart():
     assert (result["filter_shards"], result["score_shards"]) == (0, 0)
 
 
+def test_bench_cycle_with_replica_answers_places_every_pod_where_the_cycle_alone_does():
+    w = build("SchedulingBasic", 300, 50, 120)
+    alone = [node for _, node, _ in schedule_in_process(w, tie_break="name")]
+    w = build("SchedulingBasic", 300, 50, 120)
+    kept = [node for _, node, _ in schedule_in_process(w, tie_break="name", replicas=True)]
+    assert kept == alone and all(alone)
+    result = run_cycle_bench("SchedulingBasic", nodes=300, init_pods=50, pods=120, tie_break="name", replicas=True)
+    assert result["replica_answers"] is True and result["scheduled"] == 120
+
+
 # ---- one small bench through a real mesh -----------------------------------------------------
 def test_schedmesh_bench_through_a_real_mesh_prints_its_json(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
