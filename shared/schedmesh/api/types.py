@@ -7,6 +7,7 @@ by the protobuf conversions in `schedmesh.api.convert`.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Optional
@@ -325,3 +326,35 @@ SYSTEM_PRIORITY_CLASSES = {
     "system-cluster-critical": PriorityClass("system-cluster-critical", 2000000000),
     "system-node-critical": PriorityClass("system-node-critical", 2000001000),
 }
+
+
+# ---- comparing pods -------------------------------------------------------------------------
+# A pod's binding and status: what its binding, its kubelet and the scheduler's nominations
+# change, never its spec.
+POD_BINDING_AND_STATUS = ("node_name", "phase", "start_time", "conditions", "status_reason", "status_message",
+                          "nominated_node_name")
+_POD_FIELDS = tuple(f.name for f in dataclasses.fields(Pod) if f.name != "meta")
+_META_FIELDS = tuple(f.name for f in dataclasses.fields(ObjectMeta))
+
+
+def _equal_but(a: Pod, b: Pod, pod_fields: tuple[str, ...], meta_fields: tuple[str, ...]) -> bool:
+    return (all(getattr(a, f) == getattr(b, f) for f in pod_fields)
+            and all(getattr(a.meta, f) == getattr(b.meta, f) for f in meta_fields))
+
+
+_TEMPLATE_POD_FIELDS = _POD_FIELDS
+_TEMPLATE_META_FIELDS = tuple(f for f in _META_FIELDS if f not in ("name", "uid", "resource_version",
+                                                                    "creation_timestamp"))
+_SPEC_POD_FIELDS = tuple(f for f in _POD_FIELDS if f not in POD_BINDING_AND_STATUS)
+_SPEC_META_FIELDS = tuple(f for f in _META_FIELDS if f != "resource_version")
+
+
+def same_template(a: Pod, b: Pod) -> bool:
+    """Whether two pods differ in their identity only (name, uid, resource version, creation
+    time): replicas of one template."""
+    return a is b or _equal_but(a, b, _TEMPLATE_POD_FIELDS, _TEMPLATE_META_FIELDS)
+
+
+def same_but_status(a: Pod, b: Pod) -> bool:
+    """Whether two copies of a pod differ in their binding, status or resource version only."""
+    return a is b or _equal_but(a, b, _SPEC_POD_FIELDS, _SPEC_META_FIELDS)

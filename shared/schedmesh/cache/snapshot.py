@@ -12,7 +12,7 @@ from typing import Iterable, Mapping, Optional
 
 import numpy as np
 
-from schedmesh.api.types import Node, Pod, Taint
+from schedmesh.api.types import Node, Pod, Taint, same_but_status
 from schedmesh.cache.node_info import ImageStateSummary, NodeInfo, PodInfo, pod_with_affinity
 
 ZONE_LABELS = ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone")
@@ -158,11 +158,14 @@ class SnapshotChanges:
     and whether anything changed that reaches beyond those nodes (the node set, pods with
     affinity terms, namespace labels)."""
 
-    __slots__ = ("rows", "beyond_rows")
+    __slots__ = ("rows", "beyond_rows", "ignore_status_updates")
 
-    def __init__(self) -> None:
+    def __init__(self, ignore_status_updates: bool = False) -> None:
         self.rows: set[int] = set()
         self.beyond_rows = False
+        # Leave out a pod put back on its node with only its status, binding or version changed
+        # (assumed -> bound -> Running): its node's pods and totals are what they were.
+        self.ignore_status_updates = ignore_status_updates
 
     def take_rows(self) -> set[int]:
         """The rows changed since the last take (for an index following the snapshot under the
@@ -194,6 +197,7 @@ class Snapshot:
         self.generation = 0
         # Replaced, never mutated: a watcher ends from another thread than the one applying changes.
         self._watchers: tuple[SnapshotChanges, ...] = ()
+        self._status_update = False  # add_pod is putting a pod back with only its status changed
         for n in nodes:
             self.add_node(n)
         for p in pods:
@@ -290,9 +294,9 @@ class Snapshot:
             yield from ni.pods
 
     # ---- changing ------------------------------------------------------------------------
-    def watch_changes(self) -> SnapshotChanges:
+    def watch_changes(self, ignore_status_updates: bool = False) -> SnapshotChanges:
         """Start recording changes (until `unwatch`)."""
-        w = SnapshotChanges()
+        w = SnapshotChanges(ignore_status_updates)
         self._watchers = self._watchers + (w,)
         return w
 
@@ -322,6 +326,8 @@ class Snapshot:
         """`had`: whether the node had pods with affinity, with required anti-affinity, before."""
         self.generation += 1
         for w in self._watchers:
+            if self._status_update and w.ignore_status_updates:
+                continue
             w.rows.add(ni.index)
             w.beyond_rows = w.beyond_rows or affinity_changed
         if self._cols is not None and ni.index >= 0:
@@ -386,7 +392,20 @@ class Snapshot:
         """Add a pod bound (or assumed) to `node_name` (default: its spec.nodeName)."""
         node_name = node_name or pod.node_name
         if pod.meta.uid in self._pod_node:
-            self.remove_pod(pod)
+            if (self._pod_node[pod.meta.uid] == node_name
+                    and any(w.ignore_status_updates for w in self._watchers)):
+                ni = self.node_info_map[node_name]
+                old = next(pi.pod for pi in ni.pods if pi.pod.meta.uid == pod.meta.uid)
+                self._status_update = same_but_status(old, pod)
+            try:  # removed and added again, as kube's cache updates a pod (the node's pod order)
+                self.remove_pod(pod)
+                ni = self.node_info_map.get(node_name)
+                if ni is None:
+                    self._pending_pods.setdefault(node_name, []).append(pod)
+                    return None
+                return self._add_pod_to(ni, pod)
+            finally:
+                self._status_update = False
         ni = self.node_info_map.get(node_name)
         if ni is None:
             self._pending_pods.setdefault(node_name, []).append(pod)

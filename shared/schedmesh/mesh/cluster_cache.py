@@ -15,7 +15,8 @@ from typing import Callable, Optional
 
 from schedmesh.api import convert
 from schedmesh.api.evolve import evolve
-from schedmesh.api.types import Namespace, Node, Pod, PodDisruptionBudget, PriorityClass, RuntimeClass
+from schedmesh.api.types import (POD_BINDING_AND_STATUS, Namespace, Node, Pod, PodDisruptionBudget, PriorityClass,
+                                 RuntimeClass)
 # Topic names live in the bus catalogue; re-exported here under the names the mesh uses.
 from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
                                   PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES,
@@ -29,8 +30,6 @@ from schedmesh.v1 import events_pb2
 Listener = Callable[[str, object, object], None]
 
 
-_BINDING_AND_STATUS = ("node_name", "phase", "start_time", "conditions", "status_reason", "status_message",
-                       "nominated_node_name")
 
 
 def is_terminal(pod: Pod) -> bool:
@@ -151,7 +150,7 @@ class ClusterCache:
             # spec.nodeName never goes back to empty (the API server forbids it): an unbound copy
             # of a bound pod is stale (e.g. re-published from a cache that had not seen the binding
             # before a broker restart) and must not unbind it; its binding and status stay.
-            pod = evolve(pod, **{f: getattr(old, f) for f in _BINDING_AND_STATUS})
+            pod = evolve(pod, **{f: getattr(old, f) for f in POD_BINDING_AND_STATUS})
         if old is not None and old.node_name:
             self.snapshot.remove_pod(old)
         if deleted:

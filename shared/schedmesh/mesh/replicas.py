@@ -19,13 +19,12 @@ checks it pod for pod).
 """
 from __future__ import annotations
 
-import dataclasses
 from time import perf_counter
 from typing import Optional
 
 import numpy as np
 
-from schedmesh.api.types import ObjectMeta, Pod
+from schedmesh.api.types import Pod, same_template
 from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
 from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.framework.runtime import Framework, Nominator
@@ -35,20 +34,6 @@ from schedmesh.scheduling.cycle import Diagnosis, LocalEvaluator, SchedulingAlgo
 # Changed rows up to this many are filtered and scored node by node (kube's per-node calls),
 # more in bulk.
 PER_NODE_ROWS = 4
-
-
-_SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(Pod) if f.name != "meta")
-_META_FIELDS = tuple(f.name for f in dataclasses.fields(ObjectMeta)
-                     if f.name not in ("name", "uid", "resource_version", "creation_timestamp"))
-
-
-def same_template(a: Pod, b: Pod) -> bool:
-    """Whether two pods differ in their identity only (name, uid, resource version, creation
-    time): replicas of one template."""
-    if a is b:
-        return True
-    return (all(getattr(a, f) == getattr(b, f) for f in _SPEC_FIELDS)
-            and all(getattr(a.meta, f) == getattr(b.meta, f) for f in _META_FIELDS))
 
 
 class TemplateAnswers:
@@ -247,7 +232,7 @@ class ReplicaAnswers:
         as this cycle's Filter search, which the caller then answers from them."""
         n = snapshot.cols.n
         rows = snapshot.all_indices()
-        changes = snapshot.watch_changes()
+        changes = snapshot.watch_changes(ignore_status_updates=True)
         feasible, rejected, statuses = algo.filter_rows(fw, state, pod, snapshot, rows, nominator)
         status = np.full(n, NOT_EVALUATED, np.int32)
         status[feasible] = FEASIBLE

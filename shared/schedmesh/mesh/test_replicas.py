@@ -2,12 +2,13 @@
 cycle decides it alone, whatever changes between the pods."""
 from __future__ import annotations
 
+import dataclasses
 import random
 from fractions import Fraction
 
 import pytest
 
-from schedmesh.api.types import Affinity, PodAffinity, PodAffinityTerm, Taint
+from schedmesh.api.types import Affinity, PodAffinity, PodAffinityTerm, Taint, same_but_status, same_template
 from schedmesh.bench.workloads import build, make_pod
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState
@@ -15,7 +16,6 @@ from schedmesh.telemetry.metrics import FRAMEWORK_EXTENSION_POINT_DURATION
 from schedmesh.framework.profile import default_profile
 from schedmesh.framework.runtime import Framework
 from schedmesh.mesh.fanout import FanOutEvaluator
-from schedmesh.mesh.replicas import same_template
 from schedmesh.scheduling.cycle import FitError, LocalEvaluator, SchedulingAlgorithm
 
 
@@ -40,8 +40,9 @@ def _outcome(res) -> tuple:
 
 def _schedule(nodes, init, pods, evaluator, churn: bool, seed: int = 7) -> tuple[list, FanOutEvaluator]:
     """Each pod scheduled and assumed in turn; with `churn`, seeded changes between pods:
-    bound pods deleted, a node tainted and untainted, a pod with anti-affinity placed, a
-    nomination made and dropped."""
+    bound pods deleted, bound (status only: ignored by the answers) or given more cpu (not
+    ignored), a node tainted and untainted, a pod with anti-affinity placed, a nomination made
+    and dropped."""
     snap = Snapshot(nodes, init)
     fw = Framework(default_profile(), snapshot_fn=lambda: snap)
     algo = SchedulingAlgorithm(tie_break="random", seed=3, evaluator=evaluator)
@@ -53,7 +54,7 @@ def _schedule(nodes, init, pods, evaluator, churn: bool, seed: int = 7) -> tuple
         if churn:
             roll = rng.random()
             if roll < 0.15 and placed:
-                snap.remove_pod(placed.pop(rng.randrange(len(placed))))
+                snap.remove_pod(placed.pop(rng.randrange(len(placed)))[0])
             elif roll < 0.17:
                 ni = snap.node_info_list[rng.randrange(snap.num_nodes())]
                 node = ni.node
@@ -72,13 +73,23 @@ def _schedule(nodes, init, pods, evaluator, churn: bool, seed: int = 7) -> tuple
                 nominator.by_node[name] = [PodInfo(big)]
             elif roll < 0.20:
                 nominator.by_node.clear()
+            elif roll < 0.45 and placed:
+                k = rng.randrange(len(placed))
+                old, host = placed[k]
+                if roll < 0.40:  # its binding, then its kubelet's Running
+                    new = dataclasses.replace(old, node_name=host, phase="Running" if old.node_name else old.phase)
+                else:  # resized: its node's totals change
+                    new = dataclasses.replace(old, containers=[dataclasses.replace(
+                        old.containers[0], requests={**old.containers[0].requests, "cpu": Fraction(1, 2)})])
+                snap.add_pod(new, host)
+                placed[k] = (new, host)
         try:
             res = algo.schedule_pod(fw, CycleState(), pod, snap, nominator=nominator)
         except FitError as e:
             out.append(("unschedulable", e.message(), algo.next_start_node_index))
             continue
         snap.add_pod(pod, res.suggested_host)
-        placed.append(pod)
+        placed.append((pod, res.suggested_host))
         out.append((_outcome(res), algo.next_start_node_index))
     return out, evaluator
 
@@ -147,3 +158,24 @@ def test_replicas_differ_only_in_identity() -> None:
     e = make_pod("e")
     e.priority = 5
     assert not same_template(a, e)
+
+
+def test_a_status_update_is_left_out_of_the_answers_change_feed_only() -> None:
+    w = build("SchedulingBasic", 10, 0, 1, 1)
+    snap = Snapshot(w.nodes, [])
+    n0, n1 = w.nodes[0].meta.name, w.nodes[1].meta.name
+    pod = make_pod("p")
+    snap.add_pod(pod, n0)
+    answers, others = snap.watch_changes(ignore_status_updates=True), snap.watch_changes()
+    bound = dataclasses.replace(pod, node_name=n0, phase="Running")
+    assert same_but_status(pod, bound)
+    snap.add_pod(bound, n0)
+    row = snap.get(n0).index
+    assert (answers.rows, others.rows) == (set(), {row})
+    relabelled = dataclasses.replace(bound, meta=dataclasses.replace(bound.meta, labels={"app": "x"}))
+    assert not same_but_status(bound, relabelled)
+    snap.add_pod(relabelled, n0)
+    assert answers.rows == {row}
+    snap.add_pod(relabelled, n1)  # moved: both nodes changed
+    assert answers.rows == {row, snap.get(n1).index}
+    assert [pi.pod for pi in snap.get(n1).pods] == [relabelled]
