@@ -412,6 +412,10 @@ class Snapshot:
             return None
         return self._add_pod_to(ni, pod)
 
+    def node_of(self, uid: str) -> Optional[str]:
+        """The node a pod is on (bound or assumed) in this snapshot, if any."""
+        return self._pod_node.get(uid)
+
     def remove_pod(self, pod: Pod) -> Optional[PodInfo]:
         node_name = self._pod_node.pop(pod.meta.uid, None)
         if node_name is None:

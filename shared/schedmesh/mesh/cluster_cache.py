@@ -151,8 +151,10 @@ class ClusterCache:
             # of a bound pod is stale (e.g. re-published from a cache that had not seen the binding
             # before a broker restart) and must not unbind it; its binding and status stay.
             pod = evolve(pod, **{f: getattr(old, f) for f in POD_BINDING_AND_STATUS})
-        if old is not None and old.node_name:
+        if old is not None and old.node_name and (deleted or is_terminal(pod) or pod.node_name != old.node_name
+                                                  or self.snapshot.node_of(uid) != old.node_name):
             self.snapshot.remove_pod(old)
+        # (still on its node: add_pod below replaces it, as a status update where only that changed)
         if deleted:
             if self.pods.pop(uid, None) is not None:
                 self._unindex(pod.meta.namespace, pod.meta.name, uid)
