@@ -338,8 +338,19 @@ _META_FIELDS = tuple(f.name for f in dataclasses.fields(ObjectMeta))
 
 
 def _equal_but(a: Pod, b: Pod, pod_fields: tuple[str, ...], meta_fields: tuple[str, ...]) -> bool:
-    return (all(getattr(a, f) == getattr(b, f) for f in pod_fields)
-            and all(getattr(a.meta, f) == getattr(b.meta, f) for f in meta_fields))
+    # Copies made by evolve() share their unchanged fields: `is` settles most of them.
+    for f in pod_fields:
+        x, y = getattr(a, f), getattr(b, f)
+        if x is not y and x != y:
+            return False
+    am, bm = a.meta, b.meta
+    if am is bm:
+        return True
+    for f in meta_fields:
+        x, y = getattr(am, f), getattr(bm, f)
+        if x is not y and x != y:
+            return False
+    return True
 
 
 _TEMPLATE_POD_FIELDS = _POD_FIELDS

@@ -142,6 +142,8 @@ class ScheduleOne:
         """Start asking the shards about the run's node-local pods (a future of its ShardBatch,
         or None when the run has too few). Each such pod's attempt trace starts here, so the
         shards' spans for it join that trace."""
+        if len(run) < 2:
+            return None
         items = [(self.frameworks[q.pod.scheduler_name], q.pod) for q, _ in run if self._batchable(q)]
         if len(items) < 2:
             return None
