@@ -107,16 +107,24 @@ class TemplateAnswers:
         is usually behind the start index and waits for a later pod)."""
         t0 = perf_counter()
         self._take_changes()
+        # A prefix of the order holds the search on a large cluster: read more only when it
+        # does not reach the node where the search cancels.
+        end = min(len(ordered), max(2 * to_find + 2, 1024))
         while True:
-            seq = self.status[ordered]
+            part = ordered[:end]
+            seq = self.status[part]
             if (seq == NOT_EVALUATED).any():
                 return None  # PreFilter narrowed differently for this pod
-            read = ordered[:search_end(seq, to_find)]
+            reach = search_end(seq, to_find)
+            if reach == end and end < len(ordered):
+                end = min(len(ordered), 2 * end)
+                continue
+            read = part[:reach]
             stale = read[self.dirty[read]]
             if not len(stale):
                 break
             self._refilter(algo, fw, state, pod, snapshot, nominator, np.sort(stale))
-        found = walk(seq, ordered, to_find, self.statuses, snapshot, diagnosis)
+        found = walk(seq, part, to_find, self.statuses, snapshot, diagnosis)
         if not observed:  # one Filter observation per search, as filter_in_order makes
             fw.observe_extension_point("Filter", Code.SUCCESS, perf_counter() - t0)
         self.pods += 1

@@ -97,6 +97,7 @@ def _schedule(nodes, init, pods, evaluator, churn: bool, seed: int = 7) -> tuple
 @pytest.mark.parametrize("workload,nodes,churn", [
     ("SchedulingBasic", 600, False),
     ("SchedulingBasic", 40, True),  # every node evaluated
+    ("SchedulingBasic", 3000, True),  # answers walked a prefix at a time
     ("SchedulingBasic", 600, True),
     ("MixedSchedulingBasePod", 500, True),
     ("SchedulingNodeAffinity", 400, True),
@@ -125,6 +126,20 @@ def test_unschedulable_replicas_and_templates_taking_turns() -> None:
     assert alone == kept
     assert any(o[0] == "unschedulable" for o in alone) and any(o[0] != "unschedulable" for o in alone)
     assert ev.replicas.templates >= 2
+
+
+def test_a_large_cluster_reads_further_when_the_first_nodes_fail() -> None:
+    """Past 1,024 nodes the answers are walked a prefix at a time: with most nodes tainted the
+    search needs more than the first prefix, and the failures it examines are all reported."""
+    w = build("SchedulingBasic", 2000, 0, 150, 1)
+    rng = random.Random(5)
+    for n in w.nodes:
+        if rng.random() < 0.6:
+            n.taints = [Taint("dedicated", "NoSchedule", "x")]
+    alone, _ = _schedule(w.nodes, [], w.measured, LocalEvaluator(), churn=False)
+    kept, ev = _schedule(w.nodes, [], w.measured, FanOutEvaluator([], [], None), churn=False)
+    assert alone == kept and ev.replicas.templates == 1
+    assert all(o[0][1] > 1024 for o in alone)  # every search read past the first prefix
 
 
 def test_one_filter_and_one_score_observation_per_cycle() -> None:
