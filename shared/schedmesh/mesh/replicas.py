@@ -30,6 +30,10 @@ from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh.batch import FEASIBLE, NOT_EVALUATED, batchable, nominations, search_end, walk
 from schedmesh.scheduling.cycle import Diagnosis, LocalEvaluator, SchedulingAlgorithm
+from schedmesh.telemetry.metrics import REPLICA_ANSWERS
+
+_ANSWERED = REPLICA_ANSWERS.labels("pod_answered")
+_BUILT = REPLICA_ANSWERS.labels("template_built")
 
 # Changed rows up to this many are filtered and scored node by node (kube's per-node calls),
 # more in bulk.
@@ -222,6 +226,7 @@ class ReplicaAnswers:
             self.drop()
             return None
         self._answered_uid = pod.meta.uid
+        _ANSWERED.inc()
         return found
 
     def raw_scores(self, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
@@ -256,6 +261,7 @@ class ReplicaAnswers:
         status[rejected] = codes
         self.current = TemplateAnswers(pod, fw, snapshot, changes, nominations(nominator), status, kept)
         self.templates += 1
+        _BUILT.inc()
         return self.current
 
 

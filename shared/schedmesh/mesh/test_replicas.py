@@ -12,7 +12,7 @@ from schedmesh.api.types import Affinity, PodAffinity, PodAffinityTerm, Taint, s
 from schedmesh.bench.workloads import build, make_pod
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState
-from schedmesh.telemetry.metrics import FRAMEWORK_EXTENSION_POINT_DURATION
+from schedmesh.telemetry.metrics import FRAMEWORK_EXTENSION_POINT_DURATION, REPLICA_ANSWERS
 from schedmesh.framework.profile import default_profile
 from schedmesh.framework.runtime import Framework
 from schedmesh.mesh.fanout import FanOutEvaluator
@@ -107,11 +107,13 @@ def test_every_pod_is_decided_as_the_cycle_decides_it_alone(workload: str, nodes
     w = build(workload, nodes, None, 400, 1)
     alone, _ = _schedule(w.nodes, w.init, w.unschedulable + w.measured, LocalEvaluator(), churn)
     w = build(workload, nodes, None, 400, 1)
+    answered = REPLICA_ANSWERS.labels("pod_answered")._value.get()
     kept, ev = _schedule(w.nodes, w.init, w.unschedulable + w.measured, FanOutEvaluator([], [], None), churn)
     assert [i for i, (a, b) in enumerate(zip(alone, kept)) if a != b] == []
     assert len(alone) == len(kept)
     if workload != "Mixed":
         assert ev.replicas.templates >= 1  # the answers were taken, not bypassed
+        assert REPLICA_ANSWERS.labels("pod_answered")._value.get() - answered == ev.replicas.answered[0] > 0
 
 
 def test_unschedulable_replicas_and_templates_taking_turns() -> None:

@@ -130,6 +130,12 @@ BATCH_SIZE = Histogram(
     ["stage"],
     buckets=exponential_buckets(1, 2, 14),
 )
+REPLICA_ANSWERS = Counter(
+    "schedmesh_replica_answers_total",
+    "Scheduling cycles whose Filter and raw Score came from their template's kept answers "
+    "(mesh/replicas.py), and answers built.",
+    ["event"],
+)
 KAFKA_CONSUMER_LAG = Gauge(
     "schedmesh_kafka_consumer_lag",
     "Records a consumer has not read yet (high watermark minus position), summed over the "
@@ -165,7 +171,7 @@ SCHEDULER_METRICS = (
 )
 MESH_METRICS = (
     SHARD_REQUEST_DURATION, BATCH_SIZE, KAFKA_CONSUMER_LAG, BINDER_CONFLICTS, EVICTIONS,
-    RECORDS_APPLIED, FETCH_GAPS,
+    RECORDS_APPLIED, FETCH_GAPS, REPLICA_ANSWERS,
 )
 ALL_METRICS = SCHEDULER_METRICS + MESH_METRICS
 

@@ -74,6 +74,7 @@ def test_mesh_metric_definitions() -> None:
         "schedmesh_evictions_total": ("counter", ("reason",)),
         "schedmesh_records_applied_total": ("counter", ("topic",)),
         "schedmesh_kafka_fetch_gaps_total": ("counter", ("topic",)),
+        "schedmesh_replica_answers_total": ("counter", ("event",)),
     }
     for name, (kind, labels) in expected.items():
         assert names[name] == kind
