@@ -35,6 +35,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from schedmesh.api import convert
+from schedmesh.api.types import same_template
 from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
 from schedmesh.framework.interface import Code, CycleState, Status
 from schedmesh.framework.runtime import Framework, Nominator
@@ -322,6 +323,52 @@ def score_answers(batch: ShardBatch, items: Sequence[tuple[Framework, object]], 
                 arr[pos] = decode_raw(ps, len(pos))
         if ok and covered.all():
             a.window, a.raw = window, raw
+
+
+def templates_of(items: Sequence[tuple[Framework, object]]) -> list[int]:
+    """Per item, the index of the first item with its profile and template (api.types.same_template):
+    replicas are asked of the shards once, their answers shared (`share_answers`)."""
+    firsts: list[int] = []
+    out: list[int] = []
+    for i, (fw, pod) in enumerate(items):
+        j = next((j for j in firsts if items[j][0] is fw and same_template(items[j][1], pod)), None)
+        if j is None:
+            firsts.append(i)
+            j = i
+        out.append(j)
+    return out
+
+
+def share_answers(batch: ShardBatch, items: Sequence[tuple[Framework, object]], first: Sequence[int],
+                  scores: bool = False) -> None:
+    """Each replica takes its template's first item's answers (each pod its own PodAnswers over
+    shared arrays, which ShardBatch.filter copies before correcting); with `scores`, its raw
+    scores and their window too."""
+    for i, (_, pod) in enumerate(items):
+        j = first[i]
+        if j == i:
+            continue
+        src = batch.answers.get(items[j][1].meta.uid)
+        if src is None:
+            continue
+        if not scores:
+            batch.answers[pod.meta.uid] = PodAnswers(pod, src.status, src.statuses, src.usable)
+        else:
+            a = batch.answers.get(pod.meta.uid)
+            if a is not None and src.raw is not None:
+                a.window, a.raw = src.window, src.raw
+
+
+def template_windows(asked: Sequence[tuple[int, np.ndarray]], first: Sequence[int],
+                     firsts: Sequence[int]) -> list[tuple[int, np.ndarray]]:
+    """The score windows to ask for: per template, the union of its replicas' windows, indexed
+    in `firsts` (the items asked of the shards)."""
+    union: dict[int, np.ndarray] = {}
+    for i, window in asked:
+        j = first[i]
+        union[j] = window if j not in union else np.union1d(union[j], window)
+    position = {j: k for k, j in enumerate(firsts)}
+    return [(position[j], w) for j, w in union.items()]
 
 
 def batch_request(view: spb.ClusterView, items: Sequence[tuple[Framework, object]], order_digest: int,

@@ -105,27 +105,35 @@ class FanOutEvaluator(ReplicaEvaluator):
         t1 = time.perf_counter()
         clock["view"] += t1 - t0
         try:
-            encoded = batching.encode_pods(items)
+            # Replicas of one template are asked once; their answers are shared.
+            first = batching.templates_of(items)
+            firsts = sorted(set(first))
+            asked_items = [items[j] for j in firsts]
+            encoded = batching.encode_pods(asked_items)
             md = inject_grpc_metadata()
-            req = batching.batch_request(view, items, batch.cols.order_digest, encoded, traceparents)
+            req = batching.batch_request(view, asked_items, batch.cols.order_digest, encoded, traceparents)
             t2 = time.perf_counter()
             clock["encode"] += t2 - t1
             responses = self._gather([(i, self._pool.submit(stub.FilterBatch, req, timeout=self.timeout, metadata=md))
                                       for i, stub in enumerate(self.filter_stubs)])
             t3 = time.perf_counter()
             clock["filter_rpc"] += t3 - t2
-            batching.filter_answers(batch, [pod for _, pod in items], responses)
+            batching.filter_answers(batch, [pod for _, pod in asked_items], responses)
+            batching.share_answers(batch, items, first)
             asked = batching.expected_windows(batch, algo, items, start)
             t4 = time.perf_counter()
             clock["merge"] += t4 - t3
             if asked and self.score_stubs:
-                req = batching.batch_request(view, items, batch.cols.order_digest, encoded, traceparents, asked)
+                windows = batching.template_windows(asked, first, firsts)
+                req = batching.batch_request(view, asked_items, batch.cols.order_digest, encoded, traceparents,
+                                             windows)
                 responses = self._gather([(i, self._pool.submit(stub.ScoreBatch, req, timeout=self.timeout,
                                                                 metadata=md))
                                           for i, stub in enumerate(self.score_stubs)])
                 t5 = time.perf_counter()
                 clock["score_rpc"] += t5 - t4
-                batching.score_answers(batch, items, asked, responses)
+                batching.score_answers(batch, asked_items, windows, responses)
+                batching.share_answers(batch, items, first, scores=True)
                 clock["merge"] += time.perf_counter() - t5
         except PluginError as e:
             batching.log.warning("batch of %d pods not evaluated on the shards (%s); asking pod by pod",

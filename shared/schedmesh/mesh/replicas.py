@@ -14,7 +14,7 @@ filtered and scored again here and folded in. Whatever reaches beyond single row
 added, removed or updated, a pod with affinity terms, namespace labels: `SnapshotChanges`), a
 nomination made or dropped, or a different PreFilter narrowing or PreScore skip drops the
 answers, and the pod is evaluated as usual. Speed never changes a decision: every pod gets
-exactly what the cycle would compute for it on the current cluster (tests/test_replica_answers.py
+exactly what the cycle would compute for it on the current cluster (mesh/test_replicas.py
 checks it pod for pod).
 """
 from __future__ import annotations
@@ -218,7 +218,7 @@ class ReplicaAnswers:
         if a is None:
             if last is None or not same_template(last, pod):
                 return None  # a template seen once: evaluated as usual
-            a = self._build(algo, fw, state, pod, snapshot, nominator)
+            a = self._build(algo, fw, state, pod, snapshot, ordered, nominator)
             found = a.filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator, observed=True)
         else:
             found = a.filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
@@ -240,14 +240,15 @@ class ReplicaAnswers:
         return got
 
     def _build(self, algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
-               nominator: Optional[Nominator]) -> TemplateAnswers:
-        """Filter `pod` (after its PreFilter) on every node: the template's verdicts. Observed
-        as this cycle's Filter search, which the caller then answers from them."""
-        n = snapshot.cols.n
-        rows = snapshot.all_indices()
-        changes = snapshot.watch_changes(ignore_status_updates=True)
+               ordered: np.ndarray, nominator: Optional[Nominator]) -> TemplateAnswers:
+        """Filter `pod` (after its PreFilter) on every node its PreFilter leaves (`ordered`):
+        the template's verdicts. Observed as this cycle's Filter search, which the caller then
+        answers from them."""
+        rows = np.sort(ordered)
         feasible, rejected, statuses = algo.filter_rows(fw, state, pod, snapshot, rows, nominator)
-        status = np.full(n, NOT_EVALUATED, np.int32)
+        # Under the cache lock, as the cycle: the change log starts from these verdicts.
+        changes = snapshot.watch_changes(ignore_status_updates=True)
+        status = np.full(snapshot.cols.n, NOT_EVALUATED, np.int32)
         status[feasible] = FEASIBLE
         distinct: dict[int, int] = {}
         kept: list[Status] = []

@@ -116,3 +116,28 @@ def test_a_change_beyond_single_nodes_ends_the_batch() -> None:
     batch.close()
     snapshot.add_pod(make_pod("later"), nodes[2].meta.name)
     assert len(batch.changes.rows) == 2  # no longer watching
+
+
+def test_replicas_are_asked_of_the_shards_once_per_template() -> None:
+    fw, other = _framework(Snapshot()), _framework(Snapshot())
+    a, b, c, d = make_pod("a"), make_pod("b"), make_pod("c", cpu="2"), make_pod("d")
+    items = [(fw, a), (fw, b), (fw, c), (other, d), (fw, make_pod("e", cpu="2"))]
+    assert B.templates_of(items) == [0, 0, 2, 3, 2]  # same template, same profile
+    windows = B.template_windows([(0, np.array([1, 3])), (1, np.array([2, 3])), (2, np.array([5])),
+                                  (4, np.array([4, 6]))], [0, 0, 2, 3, 2], [0, 2, 3])
+    assert [(k, w.tolist()) for k, w in windows] == [(0, [1, 2, 3]), (1, [4, 5, 6])]
+
+
+def test_a_replica_takes_its_templates_answers_in_an_object_of_its_own() -> None:
+    nodes, init, pods = scheduling_basic(50, 0, 3)
+    snapshot = Snapshot(nodes, init)
+    fw = _framework(snapshot)
+    batch = _answered_batch(snapshot, fw, pods[:1])
+    items = [(fw, p) for p in pods]
+    B.share_answers(batch, items, B.templates_of(items))
+    first, second = batch.answers[pods[0].meta.uid], batch.answers[pods[1].meta.uid]
+    assert second is not first and second.pod is pods[1] and second.status is first.status
+    first.window, first.raw = np.array([0, 1]), {"P": np.array([5, 6])}
+    B.share_answers(batch, items, B.templates_of(items), scores=True)
+    assert batch.answers[pods[2].meta.uid].raw is first.raw
+    batch.close()
