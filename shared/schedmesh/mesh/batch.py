@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Optional, Sequence
 
 import numpy as np
@@ -147,28 +148,42 @@ class ShardBatch:
                ordered: np.ndarray, to_find: int, diagnosis: Diagnosis,
                nominator: Optional[Nominator]) -> Optional[np.ndarray]:
         """`SchedulingAlgorithm.filter_in_order` from the shards' answers; None when this pod
-        has none (the caller asks the shards for it alone)."""
+        has none (the caller asks the shards for it alone). Rows changed since the view are
+        filtered again here where this pod's search reads them (up to the node where it
+        cancels), as replica answers do (mesh/replicas.py). One Filter observation."""
         a = self._answers(pod, snapshot, nominator)
         if a is None:
             return None
+        t0 = perf_counter()
         status, statuses = a.status, a.statuses
         changed = self._changed_rows()
         if len(changed):
             changed = changed[status[changed] != NOT_EVALUATED]
-        if len(changed):
-            changed.sort()
-            feasible, rejected, sts = algo.filter_rows(fw, state, pod, snapshot, changed, nominator)
-            status = status.copy()
+        stale_rows = np.zeros(self.cols.n, bool)
+        stale_rows[changed] = True
+        copied = False
+        while True:
+            seq = status[ordered]
+            if (seq == NOT_EVALUATED).any():
+                return None  # PreFilter narrowed differently here than on the shards
+            read = ordered[:search_end(seq, to_find)]
+            stale = read[stale_rows[read]]
+            if not len(stale):
+                break
+            stale.sort()
+            feasible, rejected, sts = algo.filter_rows(fw, state, pod, snapshot, stale, nominator, observe=False)
+            if not copied:  # the answers stay the view's; this pod's corrections are its own
+                status, statuses, copied = status.copy(), list(statuses), True
             status[feasible] = FEASIBLE
             status[rejected] = len(statuses) + np.arange(len(rejected))
-            statuses = statuses + sts
-            self.local_rows += len(changed)
-        seq = status[ordered]
-        if (seq == NOT_EVALUATED).any():
-            return None  # PreFilter narrowed differently here than on the shards
+            statuses += sts
+            stale_rows[stale] = False
+            self.local_rows += len(stale)
         self.hits += 1
         a.checked = True
-        return walk(seq, ordered, to_find, statuses, snapshot, diagnosis)
+        found = walk(seq, ordered, to_find, statuses, snapshot, diagnosis)
+        fw.observe_extension_point("Filter", Code.SUCCESS, perf_counter() - t0)
+        return found
 
     def raw_scores(self, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
                    rows: np.ndarray) -> Optional[dict[str, np.ndarray]]:
