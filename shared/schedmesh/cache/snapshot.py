@@ -391,26 +391,20 @@ class Snapshot:
     def add_pod(self, pod: Pod, node_name: str = "") -> Optional[PodInfo]:
         """Add a pod bound (or assumed) to `node_name` (default: its spec.nodeName)."""
         node_name = node_name or pod.node_name
-        if pod.meta.uid in self._pod_node:
-            if (self._pod_node[pod.meta.uid] == node_name
-                    and any(w.ignore_status_updates for w in self._watchers)):
-                ni = self.node_info_map[node_name]
-                old = next(pi.pod for pi in ni.pods if pi.pod.meta.uid == pod.meta.uid)
-                self._status_update = same_but_status(old, pod)
-            try:  # removed and added again, as kube's cache updates a pod (the node's pod order)
-                self.remove_pod(pod)
-                ni = self.node_info_map.get(node_name)
-                if ni is None:
-                    self._pending_pods.setdefault(node_name, []).append(pod)
-                    return None
-                return self._add_pod_to(ni, pod)
-            finally:
-                self._status_update = False
-        ni = self.node_info_map.get(node_name)
-        if ni is None:
-            self._pending_pods.setdefault(node_name, []).append(pod)
-            return None
-        return self._add_pod_to(ni, pod)
+        uid = pod.meta.uid
+        try:
+            if uid in self._pod_node:
+                if self._pod_node[uid] == node_name and any(w.ignore_status_updates for w in self._watchers):
+                    old = next(pi.pod for pi in self.node_info_map[node_name].pods if pi.pod.meta.uid == uid)
+                    self._status_update = same_but_status(old, pod)
+                self.remove_pod(pod)  # removed and added again, as kube's cache updates a pod (the pod order)
+            ni = self.node_info_map.get(node_name)
+            if ni is None:
+                self._pending_pods.setdefault(node_name, []).append(pod)
+                return None
+            return self._add_pod_to(ni, pod)
+        finally:
+            self._status_update = False
 
     def node_of(self, uid: str) -> Optional[str]:
         """The node a pod is on (bound or assumed) in this snapshot, if any."""

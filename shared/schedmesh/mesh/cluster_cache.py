@@ -30,8 +30,6 @@ from schedmesh.v1 import events_pb2
 Listener = Callable[[str, object, object], None]
 
 
-
-
 def is_terminal(pod: Pod) -> bool:
     return pod.phase in ("Succeeded", "Failed")
 

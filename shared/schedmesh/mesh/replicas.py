@@ -80,18 +80,18 @@ class TemplateAnswers:
                 if st is None or st.is_success():
                     self.status[r] = FEASIBLE
                 elif st.is_rejected():
-                    self.status[r] = self._index_of(st)
+                    self.status[r] = self.index_of(st)
                 else:
                     raise PluginError(st)
         else:
             feasible, rejected, statuses = algo.filter_rows(fw, state, pod, snapshot, rows, nominator, observe=False)
             self.status[feasible] = FEASIBLE
             for r, st in zip(rejected.tolist(), statuses):
-                self.status[r] = self._index_of(st)
+                self.status[r] = self.index_of(st)
         self.dirty[rows] = False
         self.local_rows += len(rows)
 
-    def _index_of(self, st: Status) -> int:
+    def index_of(self, st: Status) -> int:
         key = (st.code, st.plugin, st.reasons)
         i = self._status_index.get(key)
         if i is None:
@@ -250,17 +250,9 @@ class ReplicaAnswers:
         changes = snapshot.watch_changes(ignore_status_updates=True)
         status = np.full(snapshot.cols.n, NOT_EVALUATED, np.int32)
         status[feasible] = FEASIBLE
-        distinct: dict[int, int] = {}
-        kept: list[Status] = []
-        codes = np.empty(len(rejected), np.int32)
-        for k, st in enumerate(statuses):
-            i = distinct.get(id(st))
-            if i is None:
-                i = distinct[id(st)] = len(kept)
-                kept.append(st)
-            codes[k] = i
-        status[rejected] = codes
-        self.current = TemplateAnswers(pod, fw, snapshot, changes, nominations(nominator), status, kept)
+        self.current = a = TemplateAnswers(pod, fw, snapshot, changes, nominations(nominator), status, [])
+        for r, st in zip(rejected.tolist(), statuses):
+            status[r] = a.index_of(st)
         self.templates += 1
         _BUILT.inc()
         return self.current
