@@ -195,6 +195,7 @@ async def test_shard_down_pod_waits_then_binds(mesh) -> None:
     """A filter shard that is down fails the attempt with an error: the pod stays queued (with
     backoff), is never lost or half-bound, and binds once the shard is back."""
     stub = _stub(mesh.target)
+    stub.Apply(queue_pb2.ApplyRequest(manifest=NODES))  # its own cluster (unchanged if an earlier test applied it)
     shard = mesh.procs[1]
     shard.kill()
     stub.Apply(queue_pb2.ApplyRequest(manifest=PODS.replace("web-", "late-").split("---")[0]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+from schedmesh.api.evolve import evolve
 from schedmesh.api.labels import LabelSelector, LabelSelectorRequirement
 from schedmesh.api.quantity import format_exact, parse_quantity
 from schedmesh.api.types import (Affinity, Container, ContainerImage, ContainerPort, Namespace, Node, NodeAffinity,
@@ -207,7 +208,41 @@ def _tolerations_from(m) -> list[Toleration]:
             for t in m]
 
 
+# A pod's record past its metadata -> a pod decoded from it: a workload's replicas differ only in
+# their metadata, and every follower of the pods topic decodes every pod (19 us each; 8 us from here).
+# The pods returned share their spec's objects (containers, tolerations...), as copies made by
+# `evolve` do; nothing changes those in place.
+_POD_SPECS: dict[bytes, Pod] = {}
+_POD_SPECS_MAX = 1024
+
+
+def _past_metadata(raw: bytes) -> bytes:
+    """A serialized Pod without its leading metadata field (field 1, length-delimited)."""
+    if not raw or raw[0] != 0x0A:
+        return raw
+    length, shift, i = 0, 0, 1
+    while True:
+        b = raw[i]
+        length |= (b & 0x7F) << shift
+        i += 1
+        if not b & 0x80:
+            return raw[i + length:]
+        shift += 7
+
+
 def pod_from_proto(m: pb.Pod) -> Pod:
+    key = _past_metadata(m.SerializeToString(deterministic=True))
+    spec = _POD_SPECS.get(key)
+    if spec is None:
+        pod = _decode_pod(m)
+        if len(_POD_SPECS) >= _POD_SPECS_MAX:
+            _POD_SPECS.clear()
+        _POD_SPECS[key] = evolve(pod)  # a copy: a field set on `pod` later stays out of the memo
+        return pod
+    return evolve(spec, meta=meta_from(m.metadata))
+
+
+def _decode_pod(m: pb.Pod) -> Pod:
     aff = None
     if m.HasField("affinity"):
         a = m.affinity

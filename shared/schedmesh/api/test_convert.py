@@ -34,3 +34,25 @@ def test_round_trip(path):
         assert convert.pdb_from_proto(convert.pdb_to_proto(b)) == b
     for ns in m.namespaces:
         assert convert.namespace_from_proto(convert.namespace_to_proto(ns)) == ns
+
+
+def test_replicas_decode_to_their_own_metadata_over_one_shared_spec():
+    """pod_from_proto remembers a spec by the record's bytes past the metadata: replicas (long
+    metadata included: a length of more than one varint byte) share it, a changed spec does not."""
+    from schedmesh.bench.workloads import pod_from_template
+    from schedmesh.api.evolve import evolve
+
+    def decoded(p):
+        return convert.pod_from_proto(convert.pod_to_proto(p))
+
+    long_labels = {f"label-{i}": "x" * 40 for i in range(8)}  # metadata well over 127 bytes
+    a = pod_from_template("pod-default", "a", "default")
+    b = evolve(a, meta=evolve(a.meta, name="b", uid="uid-b", labels=long_labels))
+    c = evolve(a, meta=evolve(a.meta, name="c", uid="uid-c"), priority=7)
+    da, db, dc, da2 = decoded(a), decoded(b), decoded(c), decoded(a)
+    assert (da.name, db.name, dc.name) == ("a", "b", "c")
+    assert db.meta.labels == long_labels and db.uid == "uid-b"
+    assert db.containers is da.containers and da2.containers is da.containers
+    assert dc.containers is not da.containers and dc.priority == 7
+    for p, d in ((a, da), (b, db), (c, dc), (a, da2)):
+        assert dataclasses.asdict(d) == dataclasses.asdict(p)

@@ -61,6 +61,18 @@ class PodInfo:
             [WeightedAffinityTerm(new_affinity_term(pod, w.term), w.weight) for w in paa.preferred] if paa else [])
         self._resource: Optional[PodResource] = None
 
+    def with_pod(self, pod: Pod) -> "PodInfo":
+        """This PodInfo for another copy of the same pod whose accounting inputs are the very
+        objects of this one (same_accounting): its terms and resources are reused, not rebuilt."""
+        pi = PodInfo.__new__(PodInfo)
+        pi.pod = pod
+        pi.required_affinity_terms = self.required_affinity_terms
+        pi.required_anti_affinity_terms = self.required_anti_affinity_terms
+        pi.preferred_affinity_terms = self.preferred_affinity_terms
+        pi.preferred_anti_affinity_terms = self.preferred_anti_affinity_terms
+        pi._resource = self._resource
+        return pi
+
     @property
     def resource(self) -> PodResource:
         if self._resource is None:
@@ -69,6 +81,15 @@ class PodInfo:
 
     def __repr__(self) -> str:
         return f"PodInfo({self.pod.key})"
+
+
+def same_accounting(a: Pod, b: Pod) -> bool:
+    """Whether a PodInfo of `a` holds for `b`: the fields its terms, requests and host ports are
+    built from are the same objects (a copy made by evolve, e.g. a binding or a status update, shares
+    them). Identity, not equality: cheap, and never wrong (unequal objects just take the slow path)."""
+    return (a.containers is b.containers and a.init_containers is b.init_containers and a.affinity is b.affinity
+            and a.overhead is b.overhead and a.resource_requests is b.resource_requests
+            and a.meta.namespace == b.meta.namespace)
 
 
 def pod_with_affinity(pod: Pod) -> bool:
@@ -199,6 +220,30 @@ class NodeInfo:
                 self._update(p, -1)
                 return p
         raise KeyError(f"no pod {pod.key} on node {self.name}")
+
+    def replace_pod(self, new: PodInfo) -> Optional[PodInfo]:
+        """remove_pod then add_pod_info of a copy whose accounting is the same (same_accounting):
+        the lists end in the order those two leave them (the pod's slot takes the last pod, the
+        pod goes last, as kube's cache updates a pod) and the generation moves as theirs do, but
+        the totals are not taken out and put back. None (nothing changed) if the pod is not here."""
+        uid = new.pod.meta.uid
+        pods = self.pods
+        for i, p in enumerate(pods):
+            if p.pod.meta.uid == uid:
+                break
+        else:
+            return None
+        old = pods[i]
+        pods[i] = pods[-1]
+        pods[-1] = new
+        for lst in (self.pods_with_affinity, self.pods_with_required_anti_affinity):
+            for j, p in enumerate(lst):
+                if p.pod.meta.uid == uid:
+                    lst[j] = lst[-1]
+                    lst[-1] = new
+                    break
+        self.generation += 2
+        return old
 
     def _update(self, pi: PodInfo, sign: int) -> None:
         res = pi.resource

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping, Optional
 import numpy as np
 
 from schedmesh.api.types import Node, Pod, Taint, same_but_status
-from schedmesh.cache.node_info import ImageStateSummary, NodeInfo, PodInfo, pod_with_affinity
+from schedmesh.cache.node_info import ImageStateSummary, NodeInfo, PodInfo, pod_with_affinity, same_accounting
 
 ZONE_LABELS = ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone")
 REGION_LABELS = ("failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region")
@@ -394,9 +394,19 @@ class Snapshot:
         uid = pod.meta.uid
         try:
             if uid in self._pod_node:
-                if self._pod_node[uid] == node_name and any(w.ignore_status_updates for w in self._watchers):
-                    old = next(pi.pod for pi in self.node_info_map[node_name].pods if pi.pod.meta.uid == uid)
-                    self._status_update = same_but_status(old, pod)
+                if self._pod_node[uid] == node_name:
+                    ni = self.node_info_map[node_name]
+                    old = next(pi for pi in ni.pods if pi.pod.meta.uid == uid)
+                    if any(w.ignore_status_updates for w in self._watchers):
+                        self._status_update = same_but_status(old.pod, pod)
+                    if same_accounting(old.pod, pod):
+                        # A binding or a status update: the pod's place and totals stay (replace_pod
+                        # orders the node's pods as the remove and add below would).
+                        had = _affinity_membership(ni)
+                        pi = old.with_pod(pod)
+                        ni.replace_pod(pi)
+                        self._pods_changed(ni, pod_with_affinity(pod), had)
+                        return pi
                 self.remove_pod(pod)  # removed and added again, as kube's cache updates a pod (the pod order)
             ni = self.node_info_map.get(node_name)
             if ni is None:

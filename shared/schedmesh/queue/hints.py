@@ -138,6 +138,9 @@ def _labels_changed(new: Pod, old: Pod) -> ActionType:
 
 
 def _scaled_down(new: Pod, old: Pod) -> ActionType:
+    if (new.containers is old.containers and new.init_containers is old.init_containers
+            and new.resource_requests is old.resource_requests and new.overhead is old.overhead):
+        return ActionType.NONE  # a copy sharing what requests are made of (a status update): unchanged
     new_reqs, old_reqs = pod_requests(new), pod_requests(old)
     for name, old_q in old_reqs.items():
         new_q = new_reqs.get(name)

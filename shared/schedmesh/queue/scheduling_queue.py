@@ -176,6 +176,7 @@ class PriorityQueue(RuntimeNominator):
         # schedulerName -> registered event -> hint functions.
         self.queueing_hints: dict[str, QueueingHintMap] = {k: dict(v) for k, v in (queueing_hints or {}).items()}
         self._plugin_events = plugin_to_events(self.queueing_hints.values())
+        self._interest: dict[ClusterEvent, bool] = {}  # is_event_of_interest's answers
         # (profile, event) -> the hints whose registered event covers it, in the map's order, and
         # their plugins: one event is checked against every unschedulable pod, and matching
         # events (enum flags) per pod cost most of the queue-manager's time with 1,000 such pods.
@@ -398,10 +399,12 @@ class PriorityQueue(RuntimeNominator):
 
     # ---- queueing hints --------------------------------------------------------------------
     def is_event_of_interest(self, event: ClusterEvent) -> bool:
-        if is_wildcard(event):
-            return True
-        return any(match_cluster_events(registered, event)
-                   for hints in self.queueing_hints.values() for registered in hints)
+        # Asked on every pod and node change; the hints are fixed at construction.
+        got = self._interest.get(event)
+        if got is None:
+            got = self._interest[event] = is_wildcard(event) or any(
+                match_cluster_events(registered, event) for hints in self.queueing_hints.values() for registered in hints)
+        return got
 
     def _matching_hints(self, profile: str, event: ClusterEvent) -> Optional[tuple[list, frozenset]]:
         last = self._last_match  # one event is asked about every pod in a row: skip even the hashing
