@@ -187,6 +187,22 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         # Decisions are serialized (the ledger is not re-entrant); publication of a batch runs
         # concurrently and its acknowledgements are awaited once per batch, not per pod.
         self.lock = asyncio.Lock()
+        self._event_tasks: set[asyncio.Task] = set()
+
+    def _publish_events(self, recs: list[tuple[str, str, bytes]]) -> None:
+        async def send() -> None:
+            try:
+                await publish(self.producer, recs)
+            except Exception as e:  # noqa: BLE001 - events are reports; the bindings stand
+                log.warning("publishing %d Scheduled event record(s) failed: %r", len(recs), e)
+        task = asyncio.get_running_loop().create_task(send())
+        self._event_tasks.add(task)
+        task.add_done_callback(self._event_tasks.discard)
+
+    async def drain_events(self) -> None:
+        """Wait for the Scheduled events still being published (before the producer stops)."""
+        while self._event_tasks:
+            await asyncio.gather(*list(self._event_tasks), return_exceptions=True)
 
     def _bound_records(self, pod: Pod, node: str, traceparent: str) -> tuple[events_pb2.PodRecord, events_pb2.Event]:
         """The binding delta and the Scheduled event of one pod, inside the binder's span of that
@@ -230,12 +246,16 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
                 updates, events = zip(*(self._bound_records(pods[i], binds[i].node_name, binds[i].traceparent)
                                         for i in new))
                 try:
-                    await publish(self.producer, [*pod_batch_records(updates, self.name), *event_batch_records(events)])
+                    await publish(self.producer, pod_batch_records(updates, self.name))
                 except Exception as e:  # noqa: BLE001 - nothing is committed unless it is published
                     log.warning("publishing %d binding(s) failed: %r", len(new), e)
                     for i in new:
                         self.ledger.rollback(pods[i].uid)
                         out[i] = binder_pb2.BindResponse(bound=False, reason=f"{PUBLISH_FAILED}: {e}")
+                else:
+                    # The Scheduled events follow their bindings without holding up the answer (a
+                    # second wait for the broker per batch, under the lock, was a third of a bind).
+                    self._publish_events(event_batch_records(events))
             known = [binding_update(pods[i], d.bound_elsewhere, self.name)
                      for i, d in enumerate(decisions) if d.bound_elsewhere and pods[i].uid in self.ledger.cache.pods]
             if known:
@@ -336,6 +356,7 @@ async def serve(port: int, bootstrap: str, name: str = "binder-0", config: Optio
 
     async def cleanup() -> None:
         await follower.stop()
+        await servicer.drain_events()
         await producer.stop()
 
     await proc.wait_and_stop(cleanup)
