@@ -101,7 +101,8 @@ class FanOutEvaluator(ReplicaEvaluator):
         with lock:  # the view and the change log start from one cluster state
             snapshot = snapshot_fn()
             view = self.view_fn()
-            batch = batching.ShardBatch(snapshot, snapshot.watch_changes(), batching.nominations(nominator))
+            batch = batching.ShardBatch(snapshot, snapshot.watch_changes(ignore_status_updates=True),
+                                        batching.nominations(nominator))
         t1 = time.perf_counter()
         clock["view"] += t1 - t0
         try:

@@ -26,19 +26,15 @@ import numpy as np
 
 from schedmesh.api.types import Pod, same_template
 from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
-from schedmesh.framework.interface import Code, CycleState, PluginError, Status
+from schedmesh.framework.interface import Code, CycleState, Status
 from schedmesh.framework.runtime import Framework, Nominator
-from schedmesh.mesh.batch import FEASIBLE, NOT_EVALUATED, batchable, nominations, search_end, walk
+from schedmesh.mesh.batch import (FEASIBLE, NOT_EVALUATED, batchable, filter_again, nominations, score_again, search_end,
+                                  walk)
 from schedmesh.scheduling.cycle import Diagnosis, LocalEvaluator, SchedulingAlgorithm
 from schedmesh.telemetry.metrics import REPLICA_ANSWERS
 
 _ANSWERED = REPLICA_ANSWERS.labels("pod_answered")
 _BUILT = REPLICA_ANSWERS.labels("template_built")
-
-# Changed rows up to this many are filtered and scored node by node (kube's per-node calls),
-# more in bulk.
-PER_NODE_ROWS = 4
-
 
 class TemplateAnswers:
     """Per snapshot row, one template's Filter verdict and (where taken) raw scores."""
@@ -71,23 +67,10 @@ class TemplateAnswers:
 
     def _refilter(self, algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
                   nominator: Optional[Nominator], rows: np.ndarray) -> None:
-        if len(rows) <= PER_NODE_ROWS:
-            # A row or two: kube's own per-node filter (nominated pods counted) costs less than
-            # setting up the bulk path.
-            infos = snapshot.node_info_list
-            for r in rows.tolist():
-                st = fw.run_filter_with_nominated_pods(state, pod, infos[r], nominator)
-                if st is None or st.is_success():
-                    self.status[r] = FEASIBLE
-                elif st.is_rejected():
-                    self.status[r] = self.index_of(st)
-                else:
-                    raise PluginError(st)
-        else:
-            feasible, rejected, statuses = algo.filter_rows(fw, state, pod, snapshot, rows, nominator, observe=False)
-            self.status[feasible] = FEASIBLE
-            for r, st in zip(rejected.tolist(), statuses):
-                self.status[r] = self.index_of(st)
+        feasible, rejected, statuses = filter_again(algo, fw, state, pod, snapshot, nominator, rows)
+        self.status[feasible] = FEASIBLE
+        for r, st in zip(rejected.tolist(), statuses):
+            self.status[r] = self.index_of(st)
         self.dirty[rows] = False
         self.local_rows += len(rows)
 
@@ -138,7 +121,6 @@ class TemplateAnswers:
                    rows: np.ndarray) -> Optional[dict[str, np.ndarray]]:
         """Raw scores of `rows` (this pod's feasible nodes): kept ones where current, computed
         here elsewhere; None when this pod's PreScore skipped other plugins than the template's."""
-        t0 = perf_counter()
         wanted = {p.name for p in fw.points["score"] if p.name not in state.skip_score_plugins}
         if self.raw is None:  # the first pod of the template scores every feasible node
             every = np.flatnonzero(self.status == FEASIBLE)
@@ -153,24 +135,8 @@ class TemplateAnswers:
         if wanted != set(self.raw):
             return None
         missing = rows[~self.scored[rows]]
-        if len(missing) > PER_NODE_ROWS or (len(missing) and state.record_plugin_metrics):
-            got = fw.run_raw_score(state, pod, snapshot, missing)
-            if set(got) != wanted:
-                return None
-            for p, arr in got.items():
-                self.raw[p][missing] = arr
-        else:
-            infos = snapshot.node_info_list
-            plugins = [p for p in fw.points["score"] if p.name in wanted]
-            for r in missing.tolist():
-                for p in plugins:
-                    score, st = p.score(state, pod, infos[r])
-                    if st is not None and not st.is_success():
-                        raise PluginError(Status(Code.ERROR, (f'plugin "{p.name}" failed with: {st.message()}',),
-                                                 p.name))
-                    self.raw[p.name][r] = score
-            # one Score observation per cycle, as run_raw_score makes
-            fw.observe_extension_point("Score", Code.SUCCESS, perf_counter() - t0)
+        for p, arr in score_again(fw, state, pod, snapshot, missing, wanted).items():
+            self.raw[p][missing] = arr
         self.scored[missing] = True
         self.local_rows += len(missing)
         return {p: full[rows] for p, full in self.raw.items()}
