@@ -36,7 +36,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from schedmesh.api import convert
-from schedmesh.api.types import same_template
+from schedmesh.api.types import Pod, same_template
 from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
 from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.framework.runtime import Framework, Nominator
@@ -113,6 +113,7 @@ class PodAnswers:
     checked: bool = False  # filter() found the batch still valid for this pod's cycle
     window: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # rows scored, sorted
     raw: Optional[dict[str, np.ndarray]] = None  # plugin -> raw scores aligned with `window`
+    template: Optional["TemplateAnswers"] = None  # its template's answers, corrected as rows change (seal)
 
 
 class ShardBatch:
@@ -124,20 +125,58 @@ class ShardBatch:
         self.changes = changes
         self.nominated = nominated
         self.answers: dict[str, PodAnswers] = {}
+        self.templates: list[TemplateAnswers] = []
         self.next_start: Optional[int] = None  # the start index expected after the batch
         self.trace_id = ""  # the batch's own trace (its RPCs), named on each pod's filter span
         self.hits = 0  # pods answered from the batch (for the log)
-        self.local_rows = 0  # rows re-evaluated here
+
+    @property
+    def local_rows(self) -> int:
+        """Rows filtered or scored again here."""
+        return sum(t.local_rows for t in self.templates)
 
     def close(self) -> None:
         self.snapshot.unwatch(self.changes)
+        for t in self.templates:
+            t.close()
 
-    def _answers(self, pod, snapshot: Snapshot, nominator: Optional[Nominator]) -> Optional[PodAnswers]:
+    def seal(self, items: Sequence[tuple[Framework, object]], first: Sequence[int], lock) -> None:
+        """Each template's answers become a TemplateAnswers its replicas in the batch share: a
+        row changed since the view is filtered and scored again once per change, where a pod's
+        search reads it, not once by every replica that reads it. Their change logs go on from
+        the batch's (the rows changed since the view start dirty), under the cache lock so that
+        no change falls between the two."""
+        n = self.cols.n
+        by_first: dict[int, TemplateAnswers] = {}
+        with lock:
+            changed = self._changed_rows()
+            for i, (fw, pod) in enumerate(items):
+                a = self.answers.get(pod.meta.uid)
+                if a is None or not a.usable:
+                    continue
+                j = first[i]
+                if j not in by_first:
+                    t = TemplateAnswers(pod, fw, self.snapshot, self.snapshot.watch_changes(ignore_status_updates=True),
+                                        self.nominated, a.status.copy(), list(a.statuses))
+                    t.changes.beyond_rows = self.changes.beyond_rows
+                    t.dirty[changed] = True
+                    if a.raw is not None:
+                        t.raw = {}
+                        for plugin, arr in a.raw.items():
+                            full = t.raw[plugin] = np.zeros(n, np.int64)
+                            full[a.window] = arr
+                        t.scored[a.window] = True
+                        t.scored[changed] = False
+                    by_first[j] = t
+                    self.templates.append(t)
+                a.template = by_first[j]
+
+    def _answers(self, pod, fw: Framework, snapshot: Snapshot, nominator: Optional[Nominator]) -> Optional[PodAnswers]:
         a = self.answers.get(pod.meta.uid)
-        if a is None or not a.usable or a.pod is not pod:
+        if a is None or not a.usable or a.pod is not pod or a.template is None:
             return None
         if (self.changes.beyond_rows or snapshot is not self.snapshot or snapshot.cols is not self.cols
-                or nominations(nominator) != self.nominated):
+                or not a.template.valid_for(fw, snapshot, nominator)):
             self.answers.clear()  # the rest of the batch goes pod by pod
             return None
         return a
@@ -153,39 +192,15 @@ class ShardBatch:
         """`SchedulingAlgorithm.filter_in_order` from the shards' answers; None when this pod
         has none (the caller asks the shards for it alone). Rows changed since the view are
         filtered again here where this pod's search reads them (up to the node where it
-        cancels), as replica answers do (mesh/replicas.py). One Filter observation."""
-        a = self._answers(pod, snapshot, nominator)
+        cancels), into its template's answers. One Filter observation."""
+        a = self._answers(pod, fw, snapshot, nominator)
         if a is None:
             return None
-        t0 = perf_counter()
-        status, statuses = a.status, a.statuses
-        changed = self._changed_rows()
-        if len(changed):
-            changed = changed[status[changed] != NOT_EVALUATED]
-        stale_rows = np.zeros(self.cols.n, bool)
-        stale_rows[changed] = True
-        copied = False
-        while True:
-            seq = status[ordered]
-            if (seq == NOT_EVALUATED).any():
-                return None  # PreFilter narrowed differently here than on the shards
-            read = ordered[:search_end(seq, to_find)]
-            stale = read[stale_rows[read]]
-            if not len(stale):
-                break
-            stale.sort()
-            feasible, rejected, sts = filter_again(algo, fw, state, pod, snapshot, nominator, stale)
-            if not copied:  # the answers stay the view's; this pod's corrections are its own
-                status, statuses, copied = status.copy(), list(statuses), True
-            status[feasible] = FEASIBLE
-            status[rejected] = len(statuses) + np.arange(len(rejected))
-            statuses += sts
-            stale_rows[stale] = False
-            self.local_rows += len(stale)
+        found = a.template.filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
+        if found is None:
+            return None  # PreFilter narrowed differently here than on the shards
         self.hits += 1
         a.checked = True
-        found = walk(seq, ordered, to_find, statuses, snapshot, diagnosis)
-        fw.observe_extension_point("Filter", Code.SUCCESS, perf_counter() - t0)
         return found
 
     def raw_scores(self, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
@@ -194,34 +209,13 @@ class ShardBatch:
         this process's elsewhere; None when this pod has no scores here."""
         a = self.answers.get(pod.meta.uid)
         # Only right after filter() took this pod's answers (same cycle, same cache lock).
-        if a is None or not a.checked or a.raw is None or a.pod is not pod or snapshot is not self.snapshot:
+        if (a is None or not a.checked or a.template is None or a.template.raw is None or a.pod is not pod
+                or snapshot is not self.snapshot):
             return None
-        win = a.window
-        if len(win):
-            at = np.minimum(np.searchsorted(win, rows), len(win) - 1)
-            have = win[at] == rows
-        else:
-            at, have = np.zeros(len(rows), np.int64), np.zeros(len(rows), bool)
-        changed = self._changed_rows()
-        if len(changed):
-            is_changed = np.zeros(self.cols.n, bool)
-            is_changed[changed] = True
-            have &= ~is_changed[rows]
-        if have.all():
-            return {p: arr[at] for p, arr in a.raw.items()}
-        missing = rows[~have]
-        wanted = {p.name for p in fw.points["score"] if p.name not in state.skip_score_plugins}
-        if wanted != set(a.raw):  # a PreScore Skip differs: take this process's alone
+        got = a.template.raw_scores(fw, state, pod, snapshot, rows)
+        if got is None:  # a PreScore Skip differs from the template's: take this process's alone
             return fw.run_raw_score(state, pod, snapshot, rows)
-        local = score_again(fw, state, pod, snapshot, missing, wanted)
-        self.local_rows += len(missing)
-        out = {}
-        for p, arr in a.raw.items():
-            merged = np.empty(len(rows), np.int64)
-            merged[have] = arr[at[have]]
-            merged[~have] = local[p]
-            out[p] = merged
-        return out
+        return got
 
 
 def filter_again(algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
@@ -298,6 +292,114 @@ def walk(seq: np.ndarray, ordered: np.ndarray, to_find: int, statuses: list[Stat
         for i in set(idx):
             diagnosis.add_plugin_status(statuses[i])
     return ordered[feasible_pos[:to_find]]
+
+
+class TemplateAnswers:
+    """Per snapshot row, one template's Filter verdict and (where taken) raw scores, corrected
+    where rows change: replica answers (mesh/replicas.py) build them here, shard batches seed
+    them with the shards' answers (ShardBatch.seal)."""
+
+    def __init__(self, template: Pod, fw: Framework, snapshot: Snapshot, changes: SnapshotChanges,
+                 nominated: frozenset, status: np.ndarray, statuses: list[Status]) -> None:
+        self.template, self.fw, self.snapshot, self.cols = template, fw, snapshot, snapshot.cols
+        self.changes, self.nominated = changes, nominated
+        self.status, self.statuses = status, statuses  # FEASIBLE, NOT_EVALUATED or an index in statuses
+        self._status_index = {(s.code, s.plugin, s.reasons): i for i, s in enumerate(statuses)}
+        self.raw: Optional[dict[str, np.ndarray]] = None  # plugin -> raw score per row
+        self.scored = np.zeros(self.cols.n, bool)  # rows whose raw scores are current
+        self.dirty = np.zeros(self.cols.n, bool)  # rows changed since their verdict was taken
+        self.pods = 0  # pods answered (for the log)
+        self.local_rows = 0  # rows filtered or scored again
+
+    def close(self) -> None:
+        self.snapshot.unwatch(self.changes)
+
+    def valid_for(self, fw: Framework, snapshot: Snapshot, nominator: Optional[Nominator]) -> bool:
+        return (fw is self.fw and snapshot is self.snapshot and snapshot.cols is self.cols
+                and not self.changes.beyond_rows and nominations(nominator) == self.nominated)
+
+    def _take_changes(self) -> None:
+        changed = self.changes.take_rows()
+        if changed:
+            rows = np.fromiter(changed, np.int64, len(changed))
+            self.dirty[rows] = True
+            self.scored[rows] = False
+
+    def _refilter(self, algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
+                  nominator: Optional[Nominator], rows: np.ndarray) -> None:
+        feasible, rejected, statuses = filter_again(algo, fw, state, pod, snapshot, nominator, rows)
+        self.status[feasible] = FEASIBLE
+        for r, st in zip(rejected.tolist(), statuses):
+            self.status[r] = self.index_of(st)
+        self.dirty[rows] = False
+        self.local_rows += len(rows)
+
+    def index_of(self, st: Status) -> int:
+        key = (st.code, st.plugin, st.reasons)
+        i = self._status_index.get(key)
+        if i is None:
+            i = self._status_index[key] = len(self.statuses)
+            self.statuses.append(st)
+        return i
+
+    def filter(self, algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
+               ordered: np.ndarray, to_find: int, diagnosis: Diagnosis, nominator: Optional[Nominator],
+               observed: bool = False) -> Optional[np.ndarray]:
+        """`SchedulingAlgorithm.filter_in_order` from the answers; None when they do not cover
+        this pod's nodes (the caller drops them and filters as usual). `observed`: this search's
+        Filter observation is made already.
+
+        Rows changed since they were filtered are filtered again only where this pod's search
+        reads them: up to the node where it cancels (with sampling, the node the pod before took
+        is usually behind the start index and waits for a later pod)."""
+        t0 = perf_counter()
+        self._take_changes()
+        # A prefix of the order holds the search on a large cluster: read more only when it
+        # does not reach the node where the search cancels.
+        end = min(len(ordered), max(2 * to_find + 2, 1024))
+        while True:
+            part = ordered[:end]
+            seq = self.status[part]
+            if (seq == NOT_EVALUATED).any():
+                return None  # PreFilter narrowed differently for this pod
+            reach = search_end(seq, to_find)
+            if reach == end and end < len(ordered):
+                end = min(len(ordered), 2 * end)
+                continue
+            read = part[:reach]
+            stale = read[self.dirty[read]]
+            if not len(stale):
+                break
+            self._refilter(algo, fw, state, pod, snapshot, nominator, np.sort(stale))
+        found = walk(seq, part, to_find, self.statuses, snapshot, diagnosis)
+        if not observed:  # one Filter observation per search, as filter_in_order makes
+            fw.observe_extension_point("Filter", Code.SUCCESS, perf_counter() - t0)
+        self.pods += 1
+        return found
+
+    def raw_scores(self, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
+                   rows: np.ndarray) -> Optional[dict[str, np.ndarray]]:
+        """Raw scores of `rows` (this pod's feasible nodes): kept ones where current, computed
+        here elsewhere; None when this pod's PreScore skipped other plugins than the template's."""
+        wanted = {p.name for p in fw.points["score"] if p.name not in state.skip_score_plugins}
+        if self.raw is None:  # the first pod of the template scores every feasible node
+            every = np.flatnonzero(self.status == FEASIBLE)
+            got = fw.run_raw_score(state, pod, snapshot, every)
+            self.raw = {}
+            for p, arr in got.items():
+                full = np.zeros(self.cols.n, np.int64)
+                full[every] = arr
+                self.raw[p] = full
+            self.scored[every] = True
+            return {p: full[rows] for p, full in self.raw.items()}
+        if wanted != set(self.raw):
+            return None
+        missing = rows[~self.scored[rows]]
+        for p, arr in score_again(fw, state, pod, snapshot, missing, wanted).items():
+            self.raw[p][missing] = arr
+        self.scored[missing] = True
+        self.local_rows += len(missing)
+        return {p: full[rows] for p, full in self.raw.items()}
 
 
 # ---- building a batch from the shards' answers --------------------------------------------

@@ -141,6 +141,7 @@ class FanOutEvaluator(ReplicaEvaluator):
                                  len(items), e)
             batch.close()
             return None
+        batch.seal(items, first, lock)
         return batch
 
     def use_batch(self, batch: Optional[batching.ShardBatch]) -> None:

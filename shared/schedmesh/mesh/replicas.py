@@ -19,128 +19,20 @@ checks it pod for pod).
 """
 from __future__ import annotations
 
-from time import perf_counter
 from typing import Optional
 
 import numpy as np
 
 from schedmesh.api.types import Pod, same_template
 from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
-from schedmesh.framework.interface import Code, CycleState, Status
+from schedmesh.framework.interface import CycleState
 from schedmesh.framework.runtime import Framework, Nominator
-from schedmesh.mesh.batch import (FEASIBLE, NOT_EVALUATED, batchable, filter_again, nominations, score_again, search_end,
-                                  walk)
+from schedmesh.mesh.batch import FEASIBLE, NOT_EVALUATED, TemplateAnswers, batchable, nominations
 from schedmesh.scheduling.cycle import Diagnosis, LocalEvaluator, SchedulingAlgorithm
 from schedmesh.telemetry.metrics import REPLICA_ANSWERS
 
 _ANSWERED = REPLICA_ANSWERS.labels("pod_answered")
 _BUILT = REPLICA_ANSWERS.labels("template_built")
-
-class TemplateAnswers:
-    """Per snapshot row, one template's Filter verdict and (where taken) raw scores."""
-
-    def __init__(self, template: Pod, fw: Framework, snapshot: Snapshot, changes: SnapshotChanges,
-                 nominated: frozenset, status: np.ndarray, statuses: list[Status]) -> None:
-        self.template, self.fw, self.snapshot, self.cols = template, fw, snapshot, snapshot.cols
-        self.changes, self.nominated = changes, nominated
-        self.status, self.statuses = status, statuses  # FEASIBLE, NOT_EVALUATED or an index in statuses
-        self._status_index = {(s.code, s.plugin, s.reasons): i for i, s in enumerate(statuses)}
-        self.raw: Optional[dict[str, np.ndarray]] = None  # plugin -> raw score per row
-        self.scored = np.zeros(self.cols.n, bool)  # rows whose raw scores are current
-        self.dirty = np.zeros(self.cols.n, bool)  # rows changed since their verdict was taken
-        self.pods = 0  # pods answered (for the log)
-        self.local_rows = 0  # rows filtered or scored again
-
-    def close(self) -> None:
-        self.snapshot.unwatch(self.changes)
-
-    def valid_for(self, fw: Framework, snapshot: Snapshot, nominator: Optional[Nominator]) -> bool:
-        return (fw is self.fw and snapshot is self.snapshot and snapshot.cols is self.cols
-                and not self.changes.beyond_rows and nominations(nominator) == self.nominated)
-
-    def _take_changes(self) -> None:
-        changed = self.changes.take_rows()
-        if changed:
-            rows = np.fromiter(changed, np.int64, len(changed))
-            self.dirty[rows] = True
-            self.scored[rows] = False
-
-    def _refilter(self, algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
-                  nominator: Optional[Nominator], rows: np.ndarray) -> None:
-        feasible, rejected, statuses = filter_again(algo, fw, state, pod, snapshot, nominator, rows)
-        self.status[feasible] = FEASIBLE
-        for r, st in zip(rejected.tolist(), statuses):
-            self.status[r] = self.index_of(st)
-        self.dirty[rows] = False
-        self.local_rows += len(rows)
-
-    def index_of(self, st: Status) -> int:
-        key = (st.code, st.plugin, st.reasons)
-        i = self._status_index.get(key)
-        if i is None:
-            i = self._status_index[key] = len(self.statuses)
-            self.statuses.append(st)
-        return i
-
-    def filter(self, algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
-               ordered: np.ndarray, to_find: int, diagnosis: Diagnosis, nominator: Optional[Nominator],
-               observed: bool = False) -> Optional[np.ndarray]:
-        """`SchedulingAlgorithm.filter_in_order` from the answers; None when they do not cover
-        this pod's nodes (the caller drops them and filters as usual). `observed`: this search's
-        Filter observation is made already.
-
-        Rows changed since they were filtered are filtered again only where this pod's search
-        reads them: up to the node where it cancels (with sampling, the node the pod before took
-        is usually behind the start index and waits for a later pod)."""
-        t0 = perf_counter()
-        self._take_changes()
-        # A prefix of the order holds the search on a large cluster: read more only when it
-        # does not reach the node where the search cancels.
-        end = min(len(ordered), max(2 * to_find + 2, 1024))
-        while True:
-            part = ordered[:end]
-            seq = self.status[part]
-            if (seq == NOT_EVALUATED).any():
-                return None  # PreFilter narrowed differently for this pod
-            reach = search_end(seq, to_find)
-            if reach == end and end < len(ordered):
-                end = min(len(ordered), 2 * end)
-                continue
-            read = part[:reach]
-            stale = read[self.dirty[read]]
-            if not len(stale):
-                break
-            self._refilter(algo, fw, state, pod, snapshot, nominator, np.sort(stale))
-        found = walk(seq, part, to_find, self.statuses, snapshot, diagnosis)
-        if not observed:  # one Filter observation per search, as filter_in_order makes
-            fw.observe_extension_point("Filter", Code.SUCCESS, perf_counter() - t0)
-        self.pods += 1
-        return found
-
-    def raw_scores(self, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
-                   rows: np.ndarray) -> Optional[dict[str, np.ndarray]]:
-        """Raw scores of `rows` (this pod's feasible nodes): kept ones where current, computed
-        here elsewhere; None when this pod's PreScore skipped other plugins than the template's."""
-        wanted = {p.name for p in fw.points["score"] if p.name not in state.skip_score_plugins}
-        if self.raw is None:  # the first pod of the template scores every feasible node
-            every = np.flatnonzero(self.status == FEASIBLE)
-            got = fw.run_raw_score(state, pod, snapshot, every)
-            self.raw = {}
-            for p, arr in got.items():
-                full = np.zeros(self.cols.n, np.int64)
-                full[every] = arr
-                self.raw[p] = full
-            self.scored[every] = True
-            return {p: full[rows] for p, full in self.raw.items()}
-        if wanted != set(self.raw):
-            return None
-        missing = rows[~self.scored[rows]]
-        for p, arr in score_again(fw, state, pod, snapshot, missing, wanted).items():
-            self.raw[p][missing] = arr
-        self.scored[missing] = True
-        self.local_rows += len(missing)
-        return {p: full[rows] for p, full in self.raw.items()}
-
 
 class ReplicaAnswers:
     """The answers of the template being scheduled, for the evaluator of one scheduling loop.

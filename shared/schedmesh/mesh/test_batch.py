@@ -4,6 +4,8 @@ Decisions through real shards, pod for pod against the in-process cycle, are che
 tests/test_mesh_sampling.py; these are the pieces."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -74,8 +76,8 @@ def test_row_bitmaps_round_trip() -> None:
     assert len(B.bitmap_bytes(rows, 5000)) == 625
 
 
-def _answered_batch(snapshot: Snapshot, fw: Framework, pods) -> B.ShardBatch:
-    """A batch answered as one shard owning every node would answer it."""
+def _answered_batch(snapshot: Snapshot, fw: Framework, pods, seal: bool = True) -> B.ShardBatch:
+    """A batch answered as one shard owning every node would answer it (and sealed)."""
     batch = B.ShardBatch(snapshot, snapshot.watch_changes(), frozenset())
     resp = spb.FilterBatchResponse()
     algo = SchedulingAlgorithm()
@@ -88,7 +90,49 @@ def _answered_batch(snapshot: Snapshot, fw: Framework, pods) -> B.ShardBatch:
         for row, st in zip(rejected.tolist(), statuses):
             r.failures.add(code=int(st.code), plugin=st.plugin, reasons=st.reasons, rows=B.rows_bytes([row]))
     B.filter_answers(batch, pods, [resp])
+    if seal:
+        items = [(fw, p) for p in pods]
+        batch.seal(items, B.templates_of(items), threading.RLock())
     return batch
+
+
+def test_a_row_changed_before_the_batch_is_sealed_is_filtered_and_scored_again() -> None:
+    """The next run is answered while the one before is decided: rows those pods take between
+    the batch's view and its seal are corrected like rows changed later."""
+    nodes, init, pods = scheduling_basic(20, 0, 3)
+    snapshot = Snapshot(nodes, init)
+    fw = _framework(snapshot)
+    algo = SchedulingAlgorithm()
+    batch = _answered_batch(snapshot, fw, pods, seal=False)
+    items = [(fw, p) for p in pods]
+    rows = snapshot.all_indices()
+    at_view = CycleState()
+    fw.run_pre_filter(at_view, pods[0], snapshot)
+    fw.run_pre_score(at_view, pods[0], snapshot, rows)
+    first = batch.answers[pods[0].meta.uid]
+    first.window, first.raw = rows, fw.run_raw_score(at_view, pods[0], snapshot, rows)
+    B.share_answers(batch, items, B.templates_of(items), scores=True)
+    snapshot.add_pod(make_pod("full", cpu="4"), nodes[0].meta.name)  # node-0's every cpu
+    snapshot.add_pod(make_pod("half", cpu="2"), nodes[1].meta.name)  # node-1's scores move
+    batch.seal(items, B.templates_of(items), threading.RLock())
+    ordered = snapshot.all_indices()
+    got, want = Diagnosis(), Diagnosis()
+    state = CycleState()
+    fw.run_pre_filter(state, pods[0], snapshot)
+    found = batch.filter(algo, fw, state, pods[0], snapshot, ordered, len(ordered), got, None)
+    alone = CycleState()
+    fw.run_pre_filter(alone, pods[0], snapshot)
+    assert found.tolist() == algo.filter_in_order(fw, alone, pods[0], snapshot, ordered, len(ordered), want,
+                                                  None).tolist()
+    assert nodes[0].meta.name in dict(got.node_to_status.items())
+    assert dict(got.node_to_status.items()) == dict(want.node_to_status.items())
+    fw.run_pre_score(state, pods[0], snapshot, found)
+    fw.run_pre_score(alone, pods[0], snapshot, found)
+    scores, expected = batch.raw_scores(fw, state, pods[0], snapshot, found), fw.run_raw_score(alone, pods[0],
+                                                                                               snapshot, found)
+    assert {p: v.tolist() for p, v in scores.items()} == {p: v.tolist() for p, v in expected.items()}
+    assert any(v[0] != first.raw[p][1] for p, v in fw.run_raw_score(alone, pods[0], snapshot, rows[1:2]).items())
+    batch.close()
 
 
 def test_a_change_beyond_single_nodes_ends_the_batch() -> None:
