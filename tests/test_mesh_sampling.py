@@ -41,7 +41,7 @@ from schedmesh.framework.interface import CycleState
 from schedmesh.framework.profile import default_profile
 from schedmesh.framework.runtime import Framework
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, ClusterCache
-from schedmesh.mesh.batch import batchable
+from schedmesh.mesh.answers import batchable
 from schedmesh.mesh.fanout import FanOutEvaluator
 from schedmesh.mesh.records import node_record, pod_batch_record, pod_message, publish
 from schedmesh.mesh.runtime import CacheFollower

@@ -27,6 +27,7 @@ from schedmesh.api import convert
 from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh import batch as batching
+from schedmesh.mesh.answers import nominations
 from schedmesh.mesh.replicas import ReplicaEvaluator
 from schedmesh.mesh.runtime import GRPC_OPTIONS
 from schedmesh.scheduling.cycle import Diagnosis
@@ -102,7 +103,7 @@ class FanOutEvaluator(ReplicaEvaluator):
             snapshot = snapshot_fn()
             view = self.view_fn()
             batch = batching.ShardBatch(snapshot, snapshot.watch_changes(ignore_status_updates=True),
-                                        batching.nominations(nominator))
+                                        nominations(nominator))
         t1 = time.perf_counter()
         clock["view"] += t1 - t0
         try:

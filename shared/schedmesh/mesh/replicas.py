@@ -24,10 +24,10 @@ from typing import Optional
 import numpy as np
 
 from schedmesh.api.types import Pod, same_template
-from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
+from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState
 from schedmesh.framework.runtime import Framework, Nominator
-from schedmesh.mesh.batch import FEASIBLE, NOT_EVALUATED, TemplateAnswers, batchable, nominations
+from schedmesh.mesh.answers import FEASIBLE, NOT_EVALUATED, TemplateAnswers, batchable, nominations
 from schedmesh.scheduling.cycle import Diagnosis, LocalEvaluator, SchedulingAlgorithm
 from schedmesh.telemetry.metrics import REPLICA_ANSWERS
 

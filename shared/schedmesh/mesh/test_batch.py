@@ -15,6 +15,7 @@ from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState, FilterPlugin, Plugin
 from schedmesh.framework.profile import default_profile
 from schedmesh.framework.runtime import Framework
+from schedmesh.mesh import answers as A
 from schedmesh.mesh import batch as B
 from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm
 from schedmesh.v1 import scheduling_pb2 as spb
@@ -27,11 +28,11 @@ def _framework(snapshot: Snapshot) -> Framework:
 def test_node_local_pods_join_a_batch_and_others_do_not() -> None:
     fw = _framework(Snapshot())
     plain = make_pod("plain")
-    assert B.batchable(fw, plain)
+    assert A.batchable(fw, plain)
     anti = make_pod("anti")
     anti.affinity = Affinity(pod_anti_affinity=PodAffinity(required=[PodAffinityTerm(
         topology_key="kubernetes.io/hostname")]))
-    assert not B.batchable(fw, anti)  # its placement changes verdicts on a whole domain
+    assert not A.batchable(fw, anti)  # its placement changes verdicts on a whole domain
     from schedmesh.api.load import load_text
     spread = load_text("""
 apiVersion: v1
@@ -42,10 +43,10 @@ spec:
   topologySpreadConstraints:
   - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: x}}}
 """).pods[0]
-    assert not B.batchable(fw, spread)
+    assert not A.batchable(fw, spread)
     nominated = make_pod("nominated")
     nominated.nominated_node_name = "node-1"
-    assert not B.batchable(fw, nominated)  # kube tries its nominated node alone first
+    assert not A.batchable(fw, nominated)  # kube tries its nominated node alone first
 
 
 def test_a_plugin_that_does_not_say_keeps_its_pods_one_by_one() -> None:
@@ -56,9 +57,9 @@ def test_a_plugin_that_does_not_say_keeps_its_pods_one_by_one() -> None:
             return None
     assert Plugin().node_local(make_pod("p")) is False
     fw = _framework(Snapshot())
-    assert B.batchable(fw, make_pod("p"))
+    assert A.batchable(fw, make_pod("p"))
     fw.plugins["Unknown"] = Unknown()  # as an out-of-tree plugin enabled in the profile would be
-    assert not B.batchable(fw, make_pod("p"))
+    assert not A.batchable(fw, make_pod("p"))
 
 
 @pytest.mark.parametrize("values", [[7, 7, 7], [0, -3, 2 ** 31 - 1], [1, 2 ** 40, -(2 ** 40)], []])

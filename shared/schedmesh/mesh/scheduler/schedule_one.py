@@ -16,7 +16,7 @@ from schedmesh.queue.backoff_queue import backoff_duration_ns
 from schedmesh.api.types import Pod, PodCondition
 from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.mesh import records
-from schedmesh.mesh.batch import batchable
+from schedmesh.mesh.answers import batchable
 from schedmesh.mesh.fanout import FanOutEvaluator
 from schedmesh.mesh.preemption_service import preempt_request
 from schedmesh.queue.nominator import NominatingInfo
