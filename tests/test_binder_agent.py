@@ -76,6 +76,7 @@ def mesh(tmp_path_factory) -> Iterable[Mesh]:
         try:
             for p in procs:
                 p.wait_serving(60)
+            _wait_until_the_ledger_knows(binder.target, NODES)
             yield Mesh(broker, binder, agent, traces)
         finally:
             for p in procs:
@@ -83,6 +84,24 @@ def mesh(tmp_path_factory) -> Iterable[Mesh]:
 
 
 # ---- helpers ---------------------------------------------------------------------------------
+def _wait_until_the_ledger_knows(target: str, nodes: set[str], timeout: float = 30.0) -> None:
+    """Serving, the binder may not have read the agent's node registrations yet (a busy machine):
+    ask it about a pod too large for any node until no node is "not found" (a refusal publishes
+    nothing)."""
+    probe = convert.pod_to_proto(mkpod("ledger-probe", cpu="1000"))
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(target) as channel:
+        stub = binder_pb2_grpc.BinderStub(channel)
+        for node in sorted(nodes):
+            while True:
+                resp = stub.Bind(binder_pb2.BindRequest(pod=probe, node_name=node, client_id="probe"), timeout=20)
+                if not resp.reason.endswith("not found"):
+                    assert not resp.bound, resp
+                    break
+                assert time.monotonic() < deadline, f"the binder never learned node {node}"
+                time.sleep(0.1)
+
+
 def mkpod(name: str, cpu: str = "100m", host_port: int = 0, grace: int = 30) -> Pod:
     ports = [ContainerPort(80, host_port=host_port)] if host_port else []
     return Pod(meta=ObjectMeta(name=name, namespace="default", uid=str(uuid.uuid4()), creation_timestamp=time.time()),
