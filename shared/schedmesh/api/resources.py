@@ -220,6 +220,14 @@ def resource_key(pod: Pod) -> tuple:
             tuple(pod.overhead.items()) if pod.overhead else ())
 
 
+def same_request_inputs(a: Pod, b: Pod) -> bool:
+    """Whether two copies of a pod share the very objects resource_key reads (a copy made by
+    `evolve` for a binding or a status does): their requests are then the same. Identity, not
+    equality: cheap, and a False only means "compare the long way"."""
+    return (a.containers is b.containers and a.init_containers is b.init_containers
+            and a.resource_requests is b.resource_requests and a.overhead is b.overhead)
+
+
 def remembered(memo: dict, key, compute: Callable[[], T], limit: int = _RESOURCE_MEMO_MAX) -> T:
     """memo[key], computed once (the memo is emptied when it reaches `limit` entries)."""
     got = memo.get(key)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from schedmesh.api.labels import LabelSelector
-from schedmesh.api.resources import PodResource, Resource, pod_resource
+from schedmesh.api.resources import PodResource, Resource, pod_resource, same_request_inputs
 from schedmesh.api.types import Node, Pod, PodAffinityTerm
 
 DEFAULT_BIND_ALL_HOST_IP = "0.0.0.0"
@@ -87,9 +87,7 @@ def same_accounting(a: Pod, b: Pod) -> bool:
     """Whether a PodInfo of `a` holds for `b`: the fields its terms, requests and host ports are
     built from are the same objects (a copy made by evolve, e.g. a binding or a status update, shares
     them). Identity, not equality: cheap, and never wrong (unequal objects just take the slow path)."""
-    return (a.containers is b.containers and a.init_containers is b.init_containers and a.affinity is b.affinity
-            and a.overhead is b.overhead and a.resource_requests is b.resource_requests
-            and a.meta.namespace == b.meta.namespace)
+    return same_request_inputs(a, b) and a.affinity is b.affinity and a.meta.namespace == b.meta.namespace
 
 
 def pod_with_affinity(pod: Pod) -> bool:
@@ -221,29 +219,16 @@ class NodeInfo:
                 return p
         raise KeyError(f"no pod {pod.key} on node {self.name}")
 
-    def replace_pod(self, new: PodInfo) -> Optional[PodInfo]:
-        """remove_pod then add_pod_info of a copy whose accounting is the same (same_accounting):
-        the lists end in the order those two leave them (the pod's slot takes the last pod, the
-        pod goes last, as kube's cache updates a pod) and the generation moves as theirs do, but
-        the totals are not taken out and put back. None (nothing changed) if the pod is not here."""
-        uid = new.pod.meta.uid
-        pods = self.pods
-        for i, p in enumerate(pods):
-            if p.pod.meta.uid == uid:
-                break
-        else:
-            return None
-        old = pods[i]
-        pods[i] = pods[-1]
-        pods[-1] = new
-        for lst in (self.pods_with_affinity, self.pods_with_required_anti_affinity):
-            for j, p in enumerate(lst):
-                if p.pod.meta.uid == uid:
-                    lst[j] = lst[-1]
-                    lst[-1] = new
-                    break
+    def replace_pod(self, old: PodInfo, new: PodInfo) -> None:
+        """remove_pod(old) then add_pod_info(new), for a copy whose accounting is the same
+        (same_accounting): the lists end in the order those two leave them (the pod's slot takes
+        the last pod, the pod goes last, as kube's cache updates a pod) and the generation moves
+        as theirs do, but the totals are not taken out and put back."""
+        for lst in (self.pods, self.pods_with_affinity, self.pods_with_required_anti_affinity):
+            if lst is self.pods or old in lst:
+                lst[lst.index(old)] = lst[-1]
+                lst[-1] = new
         self.generation += 2
-        return old
 
     def _update(self, pi: PodInfo, sign: int) -> None:
         res = pi.resource

@@ -404,7 +404,7 @@ class Snapshot:
                         # orders the node's pods as the remove and add below would).
                         had = _affinity_membership(ni)
                         pi = old.with_pod(pod)
-                        ni.replace_pod(pi)
+                        ni.replace_pod(old, pi)
                         self._pods_changed(ni, pod_with_affinity(pod), had)
                         return pi
                 self.remove_pod(pod)  # removed and added again, as kube's cache updates a pod (the pod order)

@@ -148,9 +148,20 @@ class TemplateAnswers:
     def _take_changes(self) -> None:
         changed = self.changes.take_rows()
         if changed:
-            rows = np.fromiter(changed, np.int64, len(changed))
-            self.dirty[rows] = True
-            self.scored[rows] = False
+            self.changed(np.fromiter(changed, np.int64, len(changed)))
+
+    def changed(self, rows: np.ndarray) -> None:
+        """`rows` changed since their verdicts and scores were taken: both are taken again where read."""
+        self.dirty[rows] = True
+        self.scored[rows] = False
+
+    def take_scores(self, window: np.ndarray, raw: dict[str, np.ndarray]) -> None:
+        """Raw scores taken elsewhere (the shards), `raw[plugin]` aligned with the rows of `window`."""
+        self.raw = {}
+        for plugin, arr in raw.items():
+            full = self.raw[plugin] = np.zeros(self.cols.n, np.int64)
+            full[window] = arr
+        self.scored[window] = True
 
     def _refilter(self, algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
                   nominator: Optional[Nominator], rows: np.ndarray) -> None:

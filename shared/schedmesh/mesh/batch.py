@@ -124,7 +124,6 @@ class ShardBatch:
         search reads it, not once by every replica that reads it. Their change logs go on from
         the batch's (the rows changed since the view start dirty), under the cache lock so that
         no change falls between the two."""
-        n = self.cols.n
         by_first: dict[int, TemplateAnswers] = {}
         with lock:
             changed = self._changed_rows()
@@ -137,14 +136,9 @@ class ShardBatch:
                     t = TemplateAnswers(pod, fw, self.snapshot, self.snapshot.watch_changes(ignore_status_updates=True),
                                         self.nominated, a.status.copy(), list(a.statuses))
                     t.changes.beyond_rows = self.changes.beyond_rows
-                    t.dirty[changed] = True
                     if a.raw is not None:
-                        t.raw = {}
-                        for plugin, arr in a.raw.items():
-                            full = t.raw[plugin] = np.zeros(n, np.int64)
-                            full[a.window] = arr
-                        t.scored[a.window] = True
-                        t.scored[changed] = False
+                        t.take_scores(a.window, a.raw)
+                    t.changed(changed)
                     by_first[j] = t
                     self.templates.append(t)
                 a.template = by_first[j]

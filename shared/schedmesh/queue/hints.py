@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 from schedmesh.api.quantity import milli_value
-from schedmesh.api.resources import pod_requests
+from schedmesh.api.resources import pod_requests, same_request_inputs
 from schedmesh.api.types import Pod
 from schedmesh.framework.events import ActionType, ClusterEvent, EventResource, QueueingHint, QueueingHintFn
 from schedmesh.framework.interface import (EnqueueExtensions, FilterPlugin, PermitPlugin, PreEnqueuePlugin,
@@ -138,8 +138,7 @@ def _labels_changed(new: Pod, old: Pod) -> ActionType:
 
 
 def _scaled_down(new: Pod, old: Pod) -> ActionType:
-    if (new.containers is old.containers and new.init_containers is old.init_containers
-            and new.resource_requests is old.resource_requests and new.overhead is old.overhead):
+    if same_request_inputs(new, old):
         return ActionType.NONE  # a copy sharing what requests are made of (a status update): unchanged
     new_reqs, old_reqs = pod_requests(new), pod_requests(old)
     for name, old_q in old_reqs.items():
