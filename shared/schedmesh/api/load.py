@@ -33,6 +33,7 @@ from yaml.nodes import MappingNode, Node as _YAMLNode, ScalarNode, SequenceNode
 
 from schedmesh.api.labels import (LABEL_SELECTOR_OPERATORS, IN, NOT_IN, LabelSelector,
                                   LabelSelectorRequirement)
+from schedmesh.api.evolve import evolve
 from schedmesh.api.quantity import QuantityError, parse_quantity
 from schedmesh.api.resources import (aggregate_container_requests, is_hugepage_resource_name,
                                      is_supported_pod_level_resource)
@@ -501,6 +502,37 @@ class _BoundedLoader(_LoaderBase):  # type: ignore[misc, valid-type]
 def _json_nodes(value: Any, budget: int) -> int:
     """Nodes in decoded JSON (keys count, as in YAML), refusing past `budget` or MAX_DEPTH.
     Also measures constructed YAML, whose aliases are shared objects counted at each use."""
+    try:
+        count = _count_nodes(value, 1, budget)
+    except _Refused:
+        return _json_nodes_with_paths(value, budget)  # the walk that names where it failed
+    if count > budget:
+        raise _Refused("", _too_many_nodes(count))
+    return count
+
+
+def _count_nodes(value: Any, depth: int, budget: int) -> int:
+    """_json_nodes without the paths (every Apply is measured: this is about three times faster);
+    _Refused without a reason when too deep, or when a container takes the count past `budget`."""
+    if isinstance(value, dict):
+        children = value.values()
+        count = 1 + 2 * len(value)
+    elif isinstance(value, list):
+        children = value
+        count = 1 + len(value)
+    else:
+        return 1  # a document that is one scalar (a scalar inside a container is counted by it)
+    if depth > MAX_DEPTH or count > budget:
+        raise _Refused("", "")
+    for v in children:
+        if isinstance(v, (dict, list)):
+            count += _count_nodes(v, depth + 1, budget) - 1
+            if count > budget:
+                raise _Refused("", "")
+    return count
+
+
+def _json_nodes_with_paths(value: Any, budget: int) -> int:
     count = 1
     stack: list[tuple[Any, int, Any]] = [(value, 1, None)] if isinstance(value, (dict, list)) else []
     while stack:
@@ -961,8 +993,39 @@ def _pod_container(doc: _Doc, d: Any, path: str, init: bool, ports: list[int]) -
     return c
 
 
+#: Pods of one spec, status and labels parsed once (replicas in an Apply, a workload's expansion):
+#: the JSON text of those three -> the parsed pod (its metadata aside). The parse and validation
+#: of a pod read nothing else, and every parsed pod is first validated by a full parse.
+_PARSED_PODS: dict[str, Pod] = {}
+_PARSED_PODS_MAX = 256
+
+
+def _parse_key(d: dict, labels: dict[str, str]) -> Optional[str]:
+    """The memo key of a pod document; None when it holds values JSON cannot write (YAML's
+    timestamps, binary, sets), which are parsed as usual."""
+    try:
+        return json.dumps((d.get("spec"), d.get("status"), labels), separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
+
+
 def parse_pod(doc: _Doc, d: dict) -> Pod:
     meta = _meta(doc, d.get("metadata"), "Pod", True)
+    key = _parse_key(d, meta.labels)
+    known = _PARSED_PODS.get(key) if key is not None else None
+    if known is not None:
+        # The spec objects are shared by these pods: nothing edits a pod's spec in place (admission
+        # and the cluster caches replace fields, as convert.pod_from_proto's replicas rely on too).
+        return evolve(known, meta=meta)
+    pod = _parse_pod_body(doc, d, meta)
+    if key is not None:
+        if len(_PARSED_PODS) >= _PARSED_PODS_MAX:
+            _PARSED_PODS.clear()
+        _PARSED_PODS[key] = evolve(pod)  # a copy: a field set on `pod` later stays out of the memo
+    return pod
+
+
+def _parse_pod_body(doc: _Doc, d: dict, meta: ObjectMeta) -> Pod:
     spec = doc.obj(d.get("spec"), "spec")
     status = doc.obj(d.get("status"), "status")
     ports = [0]  # of the pod so far: at most MAX_PORTS_PER_POD + MAX_PORTS_PER_CONTAINER are ever read

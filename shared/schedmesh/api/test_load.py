@@ -134,3 +134,50 @@ spec:
 """)
     assert len(m.pods) == 3 and len({p.name for p in m.pods}) == 3
     assert all(p.labels["app"] == "web" and p.meta.owner_references for p in m.pods)
+
+
+def _pod_doc(name: str, labels: dict, spec: dict) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
+
+
+def test_replicas_parse_once_and_equal_a_fresh_parse(monkeypatch):
+    """Pods of one spec, status and labels share one parse (api.load._PARSED_PODS): each equals
+    the pod a parse of its own gives, and labels, which matchLabelKeys reads, are in the key."""
+    import dataclasses
+    import json
+
+    from schedmesh.api import load as load_module
+    spec = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}, "ports": [{"containerPort": 80}]}],
+            "hostNetwork": True,
+            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "a"}},
+                 "matchLabelKeys": ["rev"]}]}}}
+    docs = [_pod_doc("p0", {"app": "a", "rev": "1"}, spec), _pod_doc("p1", {"app": "a", "rev": "1"}, spec),
+            _pod_doc("p2", {"app": "a", "rev": "2"}, spec)]
+    monkeypatch.setattr(load_module, "_PARSED_PODS", {})
+    parsed = load_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})).pods
+    assert len(load_module._PARSED_PODS) == 2  # p1 reused p0's parse; p2's labels differ
+    assert parsed[1].containers is parsed[0].containers and parsed[2].containers is not parsed[0].containers
+    for pod, doc in zip(parsed, docs):
+        monkeypatch.setattr(load_module, "_PARSED_PODS", {})
+        alone = load_text(json.dumps(doc)).pods[0]
+        assert pod.name == doc["metadata"]["name"]
+        assert all(getattr(pod, f.name) == getattr(alone, f.name) for f in dataclasses.fields(pod))
+    sel = parsed[2].affinity.pod_anti_affinity.required[0].label_selector
+    assert sel.matches({"app": "a", "rev": "2"}) and not sel.matches({"app": "a", "rev": "1"})
+    assert parsed[0].containers[0].ports[0].host_port == 80  # hostNetwork's defaulting kept in the reused parse
+
+
+def test_a_reused_parse_never_hides_an_error(monkeypatch):
+    """Only documents identical in spec, status and labels share a parse: one that differs, even
+    only in an invalid field, is parsed and refused with its own document named."""
+    import json
+
+    from schedmesh.api import load as load_module
+    monkeypatch.setattr(load_module, "_PARSED_PODS", {})
+    good = {"containers": [{"name": "c"}], "preemptionPolicy": "Never"}
+    bad = {"containers": [{"name": "c"}], "preemptionPolicy": "Sometimes"}
+    items = [_pod_doc("ok", {}, good), _pod_doc("ok2", {}, good), _pod_doc("broken", {}, bad)]
+    with pytest.raises(ManifestError) as e:
+        load_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}), "m.json")
+    assert "items[2] (Pod broken)" in str(e.value) and "spec.preemptionPolicy" in str(e.value)
