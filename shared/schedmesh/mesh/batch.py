@@ -39,7 +39,7 @@ from schedmesh.api.types import same_template
 from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
 from schedmesh.framework.interface import Code, CycleState, Status
 from schedmesh.framework.runtime import Framework, Nominator
-from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm
+from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm, rotated
 from schedmesh.mesh.answers import FEASIBLE, NOT_EVALUATED, TemplateAnswers
 from schedmesh.v1 import scheduling_pb2 as spb
 
@@ -237,7 +237,7 @@ def expected_windows(batch: ShardBatch, algo: SchedulingAlgorithm, items: Sequen
             continue
         to_find = algo.nodes_to_find(fw, len(rows))
         s = start % len(rows)
-        ordered = np.roll(rows, -s) if s else rows
+        ordered = rotated(rows, s)
         seq = a.status[ordered]
         feasible_pos = np.flatnonzero(seq == FEASIBLE)
         if not len(feasible_pos):

@@ -22,7 +22,7 @@ from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh.batch import bitmap_bytes, encode_raw, rows_bytes
 from schedmesh.mesh.cluster_cache import ClusterCache
 from schedmesh.mesh.partition import shard_of
-from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm
+from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm, rotated
 from schedmesh.telemetry import extract_grpc_metadata, k8s_attributes
 from schedmesh.v1 import scheduling_pb2 as spb
 
@@ -157,7 +157,7 @@ class NodeShard:
             if len(rows) == 0:
                 return resp
             start = 0 if req.evaluate_all else req.start_index % len(rows)
-            ordered = np.roll(rows, -start) if start else rows
+            ordered = rotated(rows, start)
             ordered = ordered[mine[ordered]]
             if len(ordered) == 0:
                 return resp

@@ -25,6 +25,12 @@ MAX_EXTENDER_PRIORITY = 10
 NO_NODE_AVAILABLE_MSG = "0/{} nodes are available"
 
 
+def rotated(rows: np.ndarray, start: int) -> np.ndarray:
+    """`rows` from index `start` on, then the ones before it: kube's walk from nextStartNodeIndex
+    (np.roll's result, without its generic-axis overhead on every cycle)."""
+    return np.concatenate((rows[start:], rows[:start])) if start else rows
+
+
 class NoNodesAvailableError(Exception):
     def __init__(self) -> None:
         super().__init__("no nodes available to schedule pods")
@@ -217,7 +223,7 @@ class SchedulingAlgorithm:
         if n == 0:
             return rows, diagnosis
         start = 0 if evaluate_all else self.next_start_node_index % n
-        ordered = np.roll(rows, -start) if start else rows
+        ordered = rotated(rows, start)
 
         if not fw.has_filter_plugins():
             feasible = ordered[:to_find]
