@@ -34,6 +34,17 @@ def is_terminal(pod: Pod) -> bool:
     return pod.phase in ("Succeeded", "Failed")
 
 
+#: The fields of a kubelet's status report (records.status_update) while the pod lives.
+_STATUS_REPORT_FIELDS = frozenset({"uid", "phase", "start_time", "conditions", "status_reason", "status_message"})
+
+
+def is_live_status_report(u: events_pb2.PodUpdate) -> bool:
+    """A delta that only reports a live pod's status (phase Pending or Running, start time,
+    conditions): nothing Filter or Score reads (a terminal phase, a deletion, a binding or a
+    nomination is never one)."""
+    return u.phase not in ("Succeeded", "Failed") and all(f.name in _STATUS_REPORT_FIELDS for f, _ in u.ListFields())
+
+
 # Terminal pods (Succeeded, Failed: e.g. evicted by the kubelet, refused by its admission) stay in
 # `ClusterCache.pods` until they are deleted, as kube keeps them (`get pods` shows them), but they
 # leave the snapshot, and listeners see them go: kube-scheduler's pod informer excludes terminal
@@ -59,6 +70,11 @@ class ClusterCache:
     # (namespace, name) -> uids of `pods` (a live pod and terminal ones may share a name): an Apply
     # looks up its own pods instead of scanning every pod
     _uids_by_name: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    # False: a live pod's status reports (is_live_status_report) are passed over, for caches whose
+    # readers only filter and score (shards, the binder's fit checks): a third of the pod records
+    # each pod brings (its Running report) then costs a parse, not an update of its node.
+    # `pods` then keeps such a pod's phase and conditions as they were when it was bound.
+    status_reports: bool = True
     _changed: threading.Condition = field(init=False)
 
     def __post_init__(self) -> None:
@@ -78,6 +94,8 @@ class ClusterCache:
             elif topic == TOPIC_PODS:
                 for rec in expand(events_pb2.PodRecord.FromString(value)):
                     if rec.HasField("update"):
+                        if not self.status_reports and is_live_status_report(rec.update):
+                            continue
                         old = self.pods.get(rec.update.uid)
                         if old is not None:  # a delta for a pod already deleted is moot
                             self._apply_pod(apply_update(old, rec.update), False)

@@ -53,7 +53,7 @@ class _Servicer(sgrpc.FilterWorkerServicer, sgrpc.ScoreWorkerServicer):
 async def serve(kind: str, shard: int, shards: int, port: int, bootstrap: str, config: str | None) -> None:
     name = f"{kind}-worker-{shard}"
     proc = ServiceProcess(name, port)
-    cache = ClusterCache()
+    cache = ClusterCache(status_reports=False)  # a shard filters and scores: no plugin reads a pod's status
     frameworks = build_frameworks(load_profiles(config))
     for fw in frameworks.values():
         fw.set_snapshot_source(lambda: cache.snapshot)
