@@ -155,12 +155,13 @@ _LIVE_LOCK = threading.Lock()
 
 
 def wake_readers(topic: str) -> None:
-    """Wake this process's consumers of ``topic``: a record it just published is coming back
-    to them (EventProducer.send calls this)."""
+    """Hurry this process's consumers of ``topic``: a record it just published is coming back
+    to them, and is fetched at once, through a pause between fetches too (EventProducer.send
+    calls this: a queue-manager's Apply reaches its paced cache without waiting the pause)."""
     with _LIVE_LOCK:
         readers = [c for c in _LIVE if topic in c.topics]
     for consumer in readers:
-        consumer.wake()
+        consumer.hurry()
 
 
 class EventConsumer:

@@ -411,6 +411,24 @@ async def test_a_paced_consumer_waits_between_fetches_unless_hurried(kafka: Kafk
         assert time.monotonic() - started < 1.0
 
 
+async def test_what_its_process_publishes_reaches_a_paced_consumer_without_the_pause(
+    kafka: KafkaTarget, topic: TopicSpec
+) -> None:
+    """A publish of this process hurries its consumers of the topic (the queue-manager's paced
+    cache reads its own Apply at once); a record from elsewhere still waits for the pause."""
+    async with EventProducer(kafka.bootstrap_servers, topics=[topic]) as producer, EventConsumer(
+        kafka.bootstrap_servers, [topic], fetch_interval_ms=3000, idle_poll_ms=0
+    ) as consumer:
+        await _send_from_elsewhere(kafka.bootstrap_servers, topic.name, b"0")
+        assert [r.value for r in await _collect(consumer, 1)] == [b"0"]
+        await _send_from_elsewhere(kafka.bootstrap_servers, topic.name, b"elsewhere")
+        assert await consumer.getmany(timeout=0.5) == []  # paced
+        started = time.monotonic()
+        await producer.send(topic.name, b"mine", key="k")
+        got = await _collect(consumer, 2, timeout=5)
+        assert [r.value for r in got] == [b"elsewhere", b"mine"] and time.monotonic() - started < 1.5
+
+
 async def test_stop_ends_a_reader_dozing_in_getmany(kafka: KafkaTarget, topic: TopicSpec) -> None:
     """(A follow loop once spun on the event loop from there, so stop() never finished.)"""
     consumer = EventConsumer(kafka.bootstrap_servers, [topic], idle_poll_ms=60_000, idle_after=0.1)

@@ -63,8 +63,8 @@ class ClusterCache:
     offsets: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> next offset to read
     lock: threading.RLock = field(default_factory=threading.RLock)
     listeners: list[Listener] = field(default_factory=list)
-    # wake this cache's CacheFollower (from any thread): see expect_records
-    wakers: list[Callable[[], None]] = field(default_factory=list)
+    # wake this cache's CacheFollower (from any thread), at once when given True: see expect_records
+    wakers: list[Callable[[bool], None]] = field(default_factory=list)
     _assumed: dict[str, dict[str, tuple[Pod, str]]] = field(default_factory=dict)  # client -> uid -> (pod, node)
     _expected: dict[str, Pod] = field(default_factory=dict)  # uid -> pod this process published
     # (namespace, name) -> uids of `pods` (a live pod and terminal ones may share a name): an Apply
@@ -207,12 +207,13 @@ class ClusterCache:
                 self.expect_records()
             return self._changed.wait_for(lambda: self.has_read(offsets), timeout)
 
-    def expect_records(self) -> None:
+    def expect_records(self, now: bool = True) -> None:
         """Records are on their way (another process answered that it published them, or a
-        caller waits for offsets not read yet): a dozing follower fetches at once instead of at
-        its next poll (bus.consumer.idle_poll_ms)."""
+        caller waits for offsets not read yet): a dozing follower fetches instead of at its next
+        poll (bus.consumer.idle_poll_ms), at once with `now`, else after its pause between
+        fetches (pacing: records nobody waits for, such as the bindings of assumed pods)."""
         for wake in self.wakers:
-            wake()
+            wake(now)
 
     def view_offsets(self) -> dict[str, int]:
         with self.lock:

@@ -201,8 +201,8 @@ class CacheFollower:
         self.consumer = EventConsumer(bootstrap, list(topics), client_id=client_id, on_restart=self._restarted,
                                       **consumer_options)
         # whoever waits for offsets this cache has not read (ClusterCache.wait_for) wakes a dozing
-        # consumer and ends its pause between fetches
-        cache.wakers.append(self.consumer.hurry)
+        # consumer and ends its pause between fetches; expect_records(now=False) only wakes it
+        cache.wakers.append(lambda now: self.consumer.hurry() if now else self.consumer.wake())
         self._lag = metrics.ConsumerLagSampler(client_id)
 
     async def _restarted(self) -> None:

@@ -51,14 +51,15 @@ def test_waiting_for_offsets_not_read_wakes_the_followers():
     preemption service's and the shards' views) instead of at its next poll."""
     cache = ClusterCache()
     woken = []
-    cache.wakers.append(lambda: woken.append("woken"))
+    cache.wakers.append(lambda now: woken.append("woken" if now else "woken, paced"))
     _apply(cache, records.node_record(Node(meta=ObjectMeta(name="n1"), allocatable={"cpu": 4, "pods": 10})))
     (key, read), = cache.view_offsets().items()
     assert cache.wait_for({key: read}, timeout=0) and woken == []  # read already: nobody to wake
     assert not cache.wait_for({key: read + 1}, timeout=0.01)
     assert woken == ["woken"]
     cache.expect_records()  # another process answered that it published records
-    assert woken == ["woken", "woken"]
+    cache.expect_records(now=False)  # ... records nobody waits for
+    assert woken == ["woken", "woken", "woken, paced"]
 
 
 def test_get_pod_finds_a_name_through_its_index_and_prefers_the_live_pod():

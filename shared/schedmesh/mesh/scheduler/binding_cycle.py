@@ -244,7 +244,9 @@ class BindingCycle:
                           traceparent=a.traceparent)
         try:
             results = self.binder.BindBatch(req, timeout=self.cfg.bind_timeout).results
-            self.cache.expect_records()  # the bindings the binder published
+            # The bindings the binder published: read at the follower's pace (the assumed pods
+            # stand for them meanwhile), but never left to a dozing follower's next poll.
+            self.cache.expect_records(now=False)
         except grpc.RpcError as e:
             if retry and e.code() in _OUTCOME_UNKNOWN:
                 log.info("binder unavailable (%s): sending %d binding(s) again", e.code().name, len(ready))

@@ -71,7 +71,7 @@ class Cycle(BindingCycle):
         self._bind_queue = queue.SimpleQueue()
         self._assumed_lock, self._notes_lock = threading.Lock(), threading.Lock()
         self.assumed, self.notes = {}, {}
-        self.cache = SimpleNamespace(lock=threading.RLock(), pods={}, view_offsets=dict, expect_records=lambda: None)
+        self.cache = SimpleNamespace(lock=threading.RLock(), pods={}, view_offsets=dict, expect_records=lambda now=True: None)
         self.done, self.forgotten, self.requeued, self.events, self.moved = [], [], [], [], []
         self.active: list[str] = []  # the pods activeQ holds (the binding loop's linger asks)
         self.deciding = False
@@ -282,9 +282,9 @@ def test_a_binder_answer_wakes_the_follower_for_the_bindings_it_published() -> N
     """A dozing follower would read them only at its next poll (bus.consumer.idle_poll_ms)."""
     woken = []
     c = Cycle(ScriptedBinder("", Unavailable()), retry_seconds=0)
-    c.cache.expect_records = lambda: woken.append("woken")
+    c.cache.expect_records = lambda now=True: woken.append("woken now" if now else "woken")
     c._bind_batch([c.assume("a", "node-1")])
-    assert woken == ["woken"]
+    assert woken == ["woken"]  # at the follower's pace: the assumed pod stands for its binding
     c._bind_batch([c.assume("b", "node-1")])  # no answer: nothing published that it knows of
     assert woken == ["woken"]
 

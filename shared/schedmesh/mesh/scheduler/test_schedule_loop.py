@@ -69,7 +69,7 @@ class Preempting(ScheduleOne):
         self.woken: list[str] = []
         self.unschedulable: list[str] = []
         self.cfg = SimpleNamespace(preemption_timeout=5.0)
-        self.cache = SimpleNamespace(expect_records=lambda: self.woken.append("woken"))
+        self.cache = SimpleNamespace(expect_records=lambda now=True: self.woken.append("woken"))
         self.preemption = SimpleNamespace(Preempt=lambda req, timeout, metadata: preemption_pb2.PreemptResponse(
             code=0, has_result=True, nominated_node_name="n1", victims=["default/v"], deleting_uids=["uid-v"]))
         self.preemptions = SimpleNamespace(answered=lambda uid, deleting: None)
