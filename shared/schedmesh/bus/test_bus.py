@@ -724,10 +724,10 @@ def test_watcher_options_wait_longer_and_gather_more(monkeypatch):
     monkeypatch.setenv("SCHEDMESH_WATCHER_FETCH_MAX_WAIT_MS", "1")
     monkeypatch.delenv("SCHEDMESH_FETCH_INTERVAL_MS", raising=False)
     monkeypatch.delenv("SCHEDMESH_WATCHER_FETCH_INTERVAL_MS", raising=False)
-    assert watcher_options() == {"fetch_max_wait_ms": fetch_max_wait_ms(), "fetch_min_bytes": 1, "fetch_interval_ms": 50}
+    assert watcher_options() == {"fetch_max_wait_ms": fetch_max_wait_ms(), "fetch_min_bytes": 1, "fetch_interval_ms": 150}
     monkeypatch.setenv("SCHEDMESH_WATCHER_FETCH_MIN_BYTES", "65536")
     monkeypatch.setenv("SCHEDMESH_WATCHER_FETCH_MAX_WAIT_MS", "80")
-    monkeypatch.setenv("SCHEDMESH_FETCH_INTERVAL_MS", "70")  # never below the scheduling path's
-    assert watcher_options() == {"fetch_max_wait_ms": 80, "fetch_min_bytes": 65536, "fetch_interval_ms": 70}
+    monkeypatch.setenv("SCHEDMESH_FETCH_INTERVAL_MS", "170")  # never below the scheduling path's
+    assert watcher_options() == {"fetch_max_wait_ms": 80, "fetch_min_bytes": 65536, "fetch_interval_ms": 170}
     monkeypatch.setenv("SCHEDMESH_WATCHER_FETCH_MIN_BYTES", "0")
     assert watcher_options()["fetch_min_bytes"] == 1

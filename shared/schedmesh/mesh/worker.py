@@ -7,7 +7,7 @@ import os
 
 import grpc
 
-from schedmesh.bus.consumer import watcher_fetch_interval_ms
+from schedmesh.bus.consumer import shard_fetch_interval_ms
 from schedmesh.framework.runtime import build_frameworks
 from schedmesh.mesh.cluster_cache import ClusterCache
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
@@ -67,7 +67,7 @@ async def serve(kind: str, shard: int, shards: int, port: int, bootstrap: str, c
     # Paced like the watchers: a request whose view this replica has not read yet ends the pause
     # (ClusterCache.wait_for), so only the fetches between requests are spared (a fifth of the
     # broker's CPU with 2 + 2 shards).
-    follower = CacheFollower(bootstrap, cache, client_id=name, fetch_interval_ms=watcher_fetch_interval_ms())
+    follower = CacheFollower(bootstrap, cache, client_id=name, fetch_interval_ms=shard_fetch_interval_ms())
     await follower.start()
     proc.spawn(follower.follow(), "follow")
     await proc.set_serving(True)
