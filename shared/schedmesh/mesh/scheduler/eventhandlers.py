@@ -8,8 +8,7 @@ from typing import Any, Optional
 
 from opentelemetry import trace
 
-from schedmesh.api import convert
-from schedmesh.api.types import Node, Pod
+from schedmesh.api.types import Node, Pod, same_but_status
 from schedmesh.bus import Record
 from schedmesh.framework.events import (EVENT_ASSIGNED_POD_DELETE, EVENT_NODE_ADD, ActionType, ClusterEvent,
                                         EventResource)
@@ -23,14 +22,10 @@ log = logging.getLogger("schedmesh.queue_manager")
 tracer = trace.get_tracer("schedmesh.queue_manager")
 
 def _spec_changed(old: Pod, new: Pod) -> bool:
-    """kube's isPodUpdated: a change other than status / resourceVersion."""
-    def strip(p: Pod) -> bytes:
-        m = convert.pod_to_proto(p)
-        m.phase, m.nominated_node_name, m.start_time = "", "", 0
-        del m.conditions[:]
-        m.metadata.resource_version = ""
-        return m.SerializeToString(deterministic=True)
-    return strip(old) != strip(new)
+    """kube's isPodUpdated: a change other than the status or the resourceVersion. Compared field
+    by field, shared objects by identity first (each of an unschedulable pod's status reports
+    encoded both copies whole before)."""
+    return not same_but_status(old, new)
 
 
 def _node_events(old: Node, new: Node) -> list[ClusterEvent]:
