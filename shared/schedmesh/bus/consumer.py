@@ -92,8 +92,9 @@ def watcher_fetch_min_bytes() -> int:
 
 
 def fetch_interval_ms() -> int:
-    """The least time between two fetches of a consumer on the scheduling path (the queue-manager's
-    and the binder's caches). SCHEDMESH_FETCH_INTERVAL_MS tunes it (0: fetch again at once)."""
+    """The least time between two fetches of a consumer on the scheduling path (the binder's cache;
+    the queue-manager's is paced as the watchers are, see watcher_fetch_interval_ms), and the
+    floor of every other pause. SCHEDMESH_FETCH_INTERVAL_MS tunes it (0: fetch again at once)."""
     return max(0, int(os.environ.get("SCHEDMESH_FETCH_INTERVAL_MS", "0")))
 
 

@@ -71,8 +71,9 @@ class ClusterCache:
     # looks up its own pods instead of scanning every pod
     _uids_by_name: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     # False: a live pod's status reports (is_live_status_report) are passed over, for caches whose
-    # readers only filter and score (shards, the binder's fit checks): a third of the pod records
-    # each pod brings (its Running report) then costs a parse, not an update of its node.
+    # readers only filter and score (the shards'; not the binder's, which re-publishes its pods
+    # whole after a broker restart): a third of the pod records each pod brings (its Running
+    # report) then costs a parse, not an update of its node.
     # `pods` then keeps such a pod's phase and conditions as they were when it was bound.
     status_reports: bool = True
     _changed: threading.Condition = field(init=False)
