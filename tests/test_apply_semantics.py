@@ -106,8 +106,8 @@ async def pod_history(bootstrap: str) -> list[events_pb2.PodRecord]:
 
 def applied_whole(history: list[events_pb2.PodRecord], name: str) -> list[events_pb2.PodRecord]:
     """The whole-pod records of pod `name` that the queue-manager's Apply published. Not the
-    binder's: a binder that has not yet read a pod's creation publishes the binding as the whole
-    bound pod (BinderServicer._bound_records), which a loaded machine sometimes makes it do."""
+    binder's: a binding for a pod the binder has not read, from a caller that sent no offsets
+    (one right after a broker restart), is the whole bound pod (BinderServicer._bound_records)."""
     return [r for r in history if not r.HasField("update") and r.pod.metadata.name == name and r.source == QM_ID]
 
 

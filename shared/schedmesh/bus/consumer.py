@@ -92,9 +92,10 @@ def watcher_fetch_min_bytes() -> int:
 
 
 def fetch_interval_ms() -> int:
-    """The least time between two fetches of a consumer on the scheduling path (the binder's cache;
-    the queue-manager's is paced as the watchers are, see watcher_fetch_interval_ms), and the
-    floor of every other pause. SCHEDMESH_FETCH_INTERVAL_MS tunes it (0: fetch again at once)."""
+    """The least time between two fetches of a consumer on the scheduling path (the queue-manager's
+    cache, the binder's and the shards' pause longer: watcher_fetch_interval_ms,
+    binder_fetch_interval_ms, shard_fetch_interval_ms), and the floor of every other pause.
+    SCHEDMESH_FETCH_INTERVAL_MS tunes it (0: fetch again at once)."""
     return max(0, int(os.environ.get("SCHEDMESH_FETCH_INTERVAL_MS", "0")))
 
 
@@ -117,6 +118,17 @@ def shard_fetch_interval_ms() -> int:
     the caller's offsets (a hurried fetch when it is behind), so it stays closer than the
     watchers. SCHEDMESH_SHARD_FETCH_INTERVAL_MS tunes it."""
     return max(fetch_interval_ms(), int(os.environ.get("SCHEDMESH_SHARD_FETCH_INTERVAL_MS", "50")))
+
+
+def binder_fetch_interval_ms() -> int:
+    """fetch_interval_ms of the binder's cache. No binding waits for it: a binding is decided on
+    the ledger's own commitments and what it has read, and publishes a delta for a pod its caller
+    read from the topic even before the ledger has; only a refusal waits for the caller's offsets
+    (a hurried fetch). 150 ms rather than none: `--rate 500` (3,000 pods, three alternated pairs)
+    392, 386, 400 -> 402, 398, 422 pods/s, p50 1.7, 1.9, 1.6 -> 1.3, 1.4, 0.8 s, the mesh's CPU
+    4.2-4.4 -> 3.9-4.1 ms per pod (the binder's and the broker's fetches); all pods at once within
+    noise. SCHEDMESH_BINDER_FETCH_INTERVAL_MS tunes it."""
+    return max(fetch_interval_ms(), int(os.environ.get("SCHEDMESH_BINDER_FETCH_INTERVAL_MS", "150")))
 
 
 def watcher_options() -> dict[str, Any]:

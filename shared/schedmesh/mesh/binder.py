@@ -29,12 +29,13 @@ from schedmesh.api import convert
 from schedmesh.api.evolve import evolve
 from schedmesh.framework.profile import DEFAULT_SCHEDULER_NAME
 from schedmesh.api.types import Pod, PodCondition
-from schedmesh.bus import EventProducer, Record
+from schedmesh.bus import EventProducer
+from schedmesh.bus.consumer import binder_fetch_interval_ms
 from schedmesh.framework.interface import CycleState
 from schedmesh.framework.profile import PluginRef, PluginSet, Profile
 from schedmesh.framework.runtime import Framework
-from schedmesh.mesh.cluster_cache import STATE_TOPICS, TOPIC_EVENTS, TOPIC_PODS, ClusterCache, is_terminal
-from schedmesh.mesh.records import (binding_update, event_batch_records, expand, pod_batch_records, pod_message,
+from schedmesh.mesh.cluster_cache import STATE_TOPICS, TOPIC_EVENTS, ClusterCache, is_terminal
+from schedmesh.mesh.records import (binding_update, event_batch_records, pod_batch_records, pod_message,
                                     publish)
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
 from schedmesh.telemetry import k8s_attributes, metrics, records_under, set_error
@@ -107,26 +108,20 @@ class BindLedger:
         self.framework = Framework(binder_profile(fit_args), snapshot_fn=lambda: cache.snapshot, record_metrics=False)
         self._committed: dict[str, tuple[Pod, str]] = {}  # uid -> (bound pod, node): not yet seen back
         self._deleted: OrderedDict[str, None] = OrderedDict()  # uids seen tombstoned
+        cache.pod_record_hooks.append(self._on_pod_record)
 
-    # ---- fed by the follower -------------------------------------------------------------
-    def on_record(self, r: Record) -> None:
-        if r.topic != TOPIC_PODS or r.value is None:
-            return
-        try:
-            rec = events_pb2.PodRecord.FromString(r.value)
-        except Exception:  # noqa: BLE001 - the cache logs undecodable records
-            return
-        for item in expand(rec):
-            uid = item.update.uid if item.HasField("update") else item.pod.metadata.uid
-            if item.deleted:
-                self._deleted[uid] = None
-                self._deleted.move_to_end(uid)
-            if uid in self._committed:  # seen come back (or deleted): the cache holds it now
-                current = self.cache.pods.get(uid)
-                if item.deleted or (current is not None and current.node_name):
-                    del self._committed[uid]
-        while len(self._deleted) > _MAX_REMEMBERED_DELETIONS:
-            self._deleted.popitem(last=False)
+    # ---- fed by the cache, each pod record once applied --------------------------------------
+    def _on_pod_record(self, item: events_pb2.PodRecord) -> None:
+        uid = item.update.uid if item.HasField("update") else item.pod.metadata.uid
+        if item.deleted:
+            self._deleted[uid] = None
+            self._deleted.move_to_end(uid)
+            if len(self._deleted) > _MAX_REMEMBERED_DELETIONS:
+                self._deleted.popitem(last=False)
+        if uid in self._committed:  # seen come back (or deleted): the cache holds it now
+            current = self.cache.pods.get(uid)
+            if item.deleted or (current is not None and current.node_name):
+                del self._committed[uid]
 
     # ---- deciding --------------------------------------------------------------------------
     def _bound_node(self, uid: str) -> str:
@@ -204,18 +199,23 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
         while self._event_tasks:
             await asyncio.gather(*list(self._event_tasks), return_exceptions=True)
 
-    def _bound_records(self, pod: Pod, node: str, traceparent: str) -> tuple[events_pb2.PodRecord, events_pb2.Event]:
+    def _bound_records(self, pod: Pod, node: str, traceparent: str,
+                       read_from_log: bool) -> tuple[events_pb2.PodRecord, events_pb2.Event]:
         """The binding delta and the Scheduled event of one pod, inside the binder's span of that
         pod's trace; the delta carries this span on to the kubelet agent."""
         ctx = context_from_traceparent(traceparent) if traceparent else None
         if records_under(tracer, ctx):
             with tracer.start_as_current_span("bind", context=ctx, attributes=k8s_attributes(pod, node)) as span:
-                return self._bound_records_in(pod, node, traceparent_of(span))
+                return self._bound_records_in(pod, node, traceparent_of(span), read_from_log)
         # not recorded: the trace goes on from the caller's span (or, without one, this request's)
-        return self._bound_records_in(pod, node, traceparent_of(trace.get_current_span(ctx)))
+        return self._bound_records_in(pod, node, traceparent_of(trace.get_current_span(ctx)), read_from_log)
 
-    def _bound_records_in(self, pod: Pod, node: str, here: str) -> tuple[events_pb2.PodRecord, events_pb2.Event]:
-        if pod.uid in self.ledger.cache.pods:
+    def _bound_records_in(self, pod: Pod, node: str, here: str,
+                          read_from_log: bool) -> tuple[events_pb2.PodRecord, events_pb2.Event]:
+        # A delta when readers know the pod: this ledger holds it, or the caller scheduled it from
+        # its own cache of the pods topic (a BindBatch with offsets), so the pod's record precedes
+        # this binding in the topic's one partition even when this ledger has not read it yet.
+        if read_from_log or pod.uid in self.ledger.cache.pods:
             update = binding_update(pod, node, self.name, here)
         else:  # readers cannot know this pod yet: publish it whole
             update = pod_message(bound_pod(pod, node), source=self.name)
@@ -224,27 +224,33 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
                 event_message(pod, "Scheduled", f"Successfully assigned {pod.key} to {node}",
                               pod.scheduler_name or DEFAULT_SCHEDULER_NAME))
 
-    def _request_pod(self, msg) -> Pod:
+    def _request_pod(self, msg, read_from_log: bool) -> Pod:
         """The pod a binding names: the ledger's own copy when it holds this very version (a
         resource version names one applied pod: its queue-manager's id, start and counter), else
-        decoded from the request. Decoding each pod again was an eighth of the binder's CPU."""
+        decoded from the request. Decoding each pod again was an eighth of the binder's CPU.
+        A pod the caller read from the pods topic before this ledger did is handed to the cache
+        for when its record arrives (ClusterCache.expect), so it is decoded once, not twice."""
         rv = msg.metadata.resource_version
         known = self.ledger.cache.pods.get(msg.metadata.uid) if rv else None
         if known is not None and known.meta.resource_version == rv:
             return known
-        return convert.pod_from_proto(msg)
+        pod = convert.pod_from_proto(msg)
+        if read_from_log and rv and known is None and not pod.node_name:
+            self.ledger.cache.expect([pod])
+        return pod
 
-    async def _commit(self, binds, client_id: str) -> list[binder_pb2.BindResponse]:
+    async def _commit(self, binds, client_id: str, read_from_log: bool = False) -> list[binder_pb2.BindResponse]:
         """Decide every binding in order against the ledger, then publish the new ones: a record
-        of binding deltas and one of Scheduled events per batch (more for a batch too large for one)."""
+        of binding deltas and one of Scheduled events per batch (more for a batch too large for one).
+        `read_from_log`: the caller's pods come from its cache of the pods topic."""
         async with self.lock:
-            pods = [self._request_pod(b.pod) for b in binds]
+            pods = [self._request_pod(b.pod, read_from_log) for b in binds]
             decisions = [self.ledger.decide(pod, b.node_name) for pod, b in zip(pods, binds)]
             out = [binder_pb2.BindResponse(bound=d.bound, reason=d.reason) for d in decisions]
             new = [i for i, d in enumerate(decisions) if d.publish is not None]
             if new:
-                updates, events = zip(*(self._bound_records(pods[i], binds[i].node_name, binds[i].traceparent)
-                                        for i in new))
+                updates, events = zip(*(self._bound_records(pods[i], binds[i].node_name, binds[i].traceparent,
+                                                            read_from_log) for i in new))
                 try:
                     await publish(self.producer, pod_batch_records(updates, self.name))
                 except Exception as e:  # noqa: BLE001 - nothing is committed unless it is published
@@ -293,9 +299,9 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
 
     async def BindBatch(self, request: binder_pb2.BindBatchRequest, context) -> binder_pb2.BindBatchResponse:
         trace.get_current_span().set_attribute("schedmesh.batch_size", len(request.binds))
-        results = await self._commit(request.binds, request.client_id)
-        refused = [i for i, r in enumerate(results) if not r.bound and not r.reason.startswith(PUBLISH_FAILED)]
         offsets = dict(request.offsets)
+        results = await self._commit(request.binds, request.client_id, read_from_log=bool(offsets))
+        refused = [i for i, r in enumerate(results) if not r.bound and not r.reason.startswith(PUBLISH_FAILED)]
         if refused and offsets and not self.ledger.cache.has_read(offsets):
             # The caller may have seen room freed that this ledger has not read yet (a deletion):
             # refused bindings are decided again on at least what the caller had read. Only
@@ -303,7 +309,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
             if not await asyncio.to_thread(self.ledger.cache.wait_for, offsets, LEDGER_CATCH_UP_SECONDS):
                 log.warning("ledger behind the caller's view after %.0f s (wants %s, has %s); deciding anyway",
                             LEDGER_CATCH_UP_SECONDS, offsets, self.ledger.cache.offsets)
-            again = await self._commit([request.binds[i] for i in refused], request.client_id)
+            again = await self._commit([request.binds[i] for i in refused], request.client_id, read_from_log=True)
             for i, r in zip(refused, again):
                 results[i] = r
         self._report_refusals(request.binds, results, request.client_id)
@@ -345,8 +351,8 @@ async def serve(port: int, bootstrap: str, name: str = "binder-0", config: Optio
     producer = EventProducer(bootstrap, topics=(*STATE_TOPICS, TOPIC_EVENTS), client_id=name)
     servicer = BinderServicer(ledger, producer, name)
     # On the scheduling path: a BindBatch waits for the ledger to reach the caller's offsets.
-    follower = CacheFollower(bootstrap, cache, client_id=name, on_record=ledger.on_record,
-                             on_restart=servicer.republish_pending)
+    follower = CacheFollower(bootstrap, cache, client_id=name, on_restart=servicer.republish_pending,
+                             fetch_interval_ms=binder_fetch_interval_ms())
     binder_pb2_grpc.add_BinderServicer_to_server(servicer, proc.server)
     await proc.start()
     await producer.start()

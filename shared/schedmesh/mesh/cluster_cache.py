@@ -76,6 +76,10 @@ class ClusterCache:
     # report) then costs a parse, not an update of its node.
     # `pods` then keeps such a pod's phase and conditions as they were when it was bound.
     status_reports: bool = True
+    # Called with each pod record (a batch's items one by one) once the cache has applied it,
+    # under the lock: readers that need the records themselves (the binder's ledger) without
+    # decoding them a second time.
+    pod_record_hooks: list[Callable[[events_pb2.PodRecord], None]] = field(default_factory=list)
     _changed: threading.Condition = field(init=False)
 
     def __post_init__(self) -> None:
@@ -95,13 +99,14 @@ class ClusterCache:
             elif topic == TOPIC_PODS:
                 for rec in expand(events_pb2.PodRecord.FromString(value)):
                     if rec.HasField("update"):
-                        if not self.status_reports and is_live_status_report(rec.update):
-                            continue
-                        old = self.pods.get(rec.update.uid)
-                        if old is not None:  # a delta for a pod already deleted is moot
-                            self._apply_pod(apply_update(old, rec.update), False)
+                        if self.status_reports or not is_live_status_report(rec.update):
+                            old = self.pods.get(rec.update.uid)
+                            if old is not None:  # a delta for a pod already deleted is moot
+                                self._apply_pod(apply_update(old, rec.update), False)
                     else:
                         self._apply_pod(self._decode_pod(rec.pod), rec.deleted)
+                    for hook in self.pod_record_hooks:
+                        hook(rec)
             elif topic == TOPIC_PRIORITY_CLASSES:
                 rec = events_pb2.PriorityClassRecord.FromString(value)
                 if rec.HasField("runtime_class"):  # RuntimeClasses share the topic

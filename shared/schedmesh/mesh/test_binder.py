@@ -11,8 +11,9 @@ from schedmesh.api import convert
 from schedmesh.eviction.testkit import node, pod
 from schedmesh.mesh.binder import BinderServicer, BindLedger
 from schedmesh.mesh.controllers.testkit import FedCache
-from schedmesh.mesh.records import node_record, pod_record
-from schedmesh.v1 import binder_pb2
+from schedmesh.mesh.cluster_cache import TOPIC_PODS
+from schedmesh.mesh.records import expand, node_record, pod_record
+from schedmesh.v1 import binder_pb2, events_pb2
 
 
 class Sent:
@@ -107,4 +108,53 @@ def test_a_binding_is_decided_on_the_version_it_names():
         req.binds.add(pod=convert.pod_to_proto(version), node_name="n1", client_id="qm")
         resp = asyncio.run(servicer.BindBatch(req, None))
         assert [r.bound for r in resp.results] == [bound], resp
-    assert servicer._request_pod(convert.pod_to_proto(small)) is fed.cache.pods[small.uid]
+    assert servicer._request_pod(convert.pod_to_proto(small), False) is fed.cache.pods[small.uid]
+
+
+def _published_pods(sent: Sent) -> list[events_pb2.PodRecord]:
+    return [item for topic, value in sent.records if topic == TOPIC_PODS
+            for item in expand(events_pb2.PodRecord.FromString(value))]
+
+
+def _unread_pod_request(offsets: dict):
+    """A ledger that has read the node but not yet the pod's record, and a BindBatch for it."""
+    fed = FedCache()
+    fed.apply([node_record(node("n1", capacity={"cpu": "1", "memory": "1Gi", "pods": "10"}))])
+    new = pod("new", requests={"cpu": "500m"}, phase="Pending")
+    new.meta.resource_version = "qm-1-1"
+    sent = Sent()
+    servicer = BinderServicer(BindLedger(fed.cache), sent, "binder")
+    req = binder_pb2.BindBatchRequest(client_id="qm", offsets=offsets)
+    req.binds.add(pod=convert.pod_to_proto(new), node_name="n1", client_id="qm")
+    return fed, new, sent, servicer, req
+
+
+def test_a_pod_its_caller_read_from_the_topic_is_bound_by_a_delta_and_decoded_once(monkeypatch):
+    """The caller scheduled the pod from its cache of the pods topic (its BindBatch carries its
+    offsets): the pod's record precedes the binding in the one partition, so readers get a delta
+    even though this ledger has not read the pod yet; and the pod decoded from the request is the
+    one the cache takes when the record arrives."""
+    fed, new, sent, servicer, req = _unread_pod_request({"schedmesh.pods/0": 5})
+    resp = asyncio.run(servicer.BindBatch(req, None))
+    assert [r.bound for r in resp.results] == [True]
+    (binding,) = _published_pods(sent)
+    assert binding.HasField("update") and binding.update.uid == new.uid and binding.update.node_name == "n1"
+    decoded = []
+    monkeypatch.setattr(convert, "pod_from_proto", lambda msg: decoded.append(msg) or None)
+    fed.apply([pod_record(new)])  # the pod's record, then the binding's, as the topic holds them
+    fed.apply([(TOPIC_PODS, "", binding.SerializeToString())])
+    assert decoded == []
+    assert fed.cache.pods[new.uid].node_name == "n1" and fed.cache.pods[new.uid].containers == new.containers
+    assert servicer.ledger.pending() == []  # seen back: no longer an unconfirmed commitment
+
+
+def test_a_pod_no_reader_may_know_is_published_whole():
+    """Without offsets (a caller that is not following the pods topic) and unknown to the
+    ledger, the binding is the whole bound pod: a delta would name a pod no reader has."""
+    fed, new, sent, servicer, req = _unread_pod_request({})
+    resp = asyncio.run(servicer.BindBatch(req, None))
+    assert [r.bound for r in resp.results] == [True]
+    (binding,) = _published_pods(sent)
+    assert not binding.HasField("update")
+    assert binding.pod.metadata.uid == new.uid and binding.pod.node_name == "n1"
+    assert fed.cache._expected == {}
