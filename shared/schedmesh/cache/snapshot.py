@@ -153,6 +153,21 @@ def _affinity_membership(ni: NodeInfo) -> tuple[bool, bool]:
     return bool(ni.pods_with_affinity), bool(ni.pods_with_required_anti_affinity)
 
 
+
+_ALL_ROWS: dict[int, np.ndarray] = {}
+
+
+def _all_rows(n: int) -> np.ndarray:
+    """np.arange(n) as int64, read-only (a caller that writes to it fails loudly) and shared."""
+    rows = _ALL_ROWS.get(n)
+    if rows is None:
+        if len(_ALL_ROWS) >= 64:
+            _ALL_ROWS.clear()
+        rows = np.arange(n, dtype=np.int64)
+        rows.flags.writeable = False
+        _ALL_ROWS[n] = rows
+    return rows
+
 class SnapshotChanges:
     """What changed in a snapshot since `Snapshot.watch_changes()`: the rows whose pods changed,
     and whether anything changed that reaches beyond those nodes (the node set, pods with
@@ -232,7 +247,8 @@ class Snapshot:
         return self.node_info_map.get(name)
 
     def all_indices(self) -> np.ndarray:
-        return np.arange(len(self.node_info_list), dtype=np.int64)
+        """Every row, in order: one shared read-only array per node count (every cycle asks)."""
+        return _all_rows(len(self.node_info_list))
 
     def have_pods_with_affinity(self) -> list[NodeInfo]:
         return self._affinity()[0]
