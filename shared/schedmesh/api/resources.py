@@ -238,7 +238,29 @@ def remembered(memo: dict, key, compute: Callable[[], T], limit: int = _RESOURCE
     return got
 
 
+# The same request objects (a replica's, a copy's made by `evolve`) are asked about again and
+# again: by identity first, before resource_key's tuple, whose Fractions hash slowly (in Python,
+# a modular inverse each: a twentieth of a SchedulingBasic cycle went to hashing them).
+# Entries keep their objects alive, so an id is never reused while its entry stands.
+_BY_INPUTS: dict[tuple, tuple] = {}
+
+
+def remembered_for(memo: dict, pod: Pod, compute: Callable[[], T], extra: tuple = ()) -> T:
+    """memo[(resource_key(pod), *extra)] (resource_key(pod) alone without `extra`), computed once;
+    found by the identity of the pod's request objects when they were asked about before."""
+    inputs = (pod.containers, pod.init_containers, pod.resource_requests, pod.overhead)
+    ident = (id(memo), id(inputs[0]), id(inputs[1]), id(inputs[2]), id(inputs[3]), *extra)
+    got = _BY_INPUTS.get(ident)
+    if got is not None:
+        return got[1]
+    value = remembered(memo, (resource_key(pod), *extra) if extra else resource_key(pod), compute)
+    if len(_BY_INPUTS) >= _RESOURCE_MEMO_MAX:
+        _BY_INPUTS.clear()
+    _BY_INPUTS[ident] = (inputs, value)
+    return value
+
+
 def pod_resource(pod: Pod) -> PodResource:
     """compute_pod_resource, remembered per request shape (PodResource is never modified)."""
-    return remembered(_RESOURCE_MEMO, resource_key(pod), lambda: compute_pod_resource(pod))
+    return remembered_for(_RESOURCE_MEMO, pod, lambda: compute_pod_resource(pod))
 

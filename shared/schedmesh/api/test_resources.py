@@ -47,3 +47,39 @@ def test_pod_requests(spec, cpu, mem, non0_cpu, non0_mem):
 ])
 def test_scalar_resource_names(name, scalar):
     assert is_scalar_resource_name(name) is scalar
+
+
+def test_remembered_by_identity_answers_only_for_the_same_request_objects():
+    """pod_resource and the NodeResources requests are found by the identity of a pod's request
+    objects first: a copy sharing them (evolve, a replica) gets the same answer object; a pod
+    whose objects differ is answered by its own requests, though the objects before it were
+    freed (their ids reused) or equal-looking."""
+    import dataclasses
+
+    from schedmesh.api.evolve import evolve
+    from schedmesh.api.resources import _BY_INPUTS
+    from schedmesh.plugins.node_resources.requests import fit_request, scoring_requests
+
+    small = pod("  containers: [{name: a, resources: {requests: {cpu: 100m, memory: 1Gi}}}]\n")
+    first = pod_resource(small)
+    assert pod_resource(evolve(small, node_name="n1")) is first
+    assert fit_request(evolve(small, node_name="n1")) is fit_request(small)
+    shapes = [pod(f"  containers: [{{name: a, resources: {{requests: {{cpu: '{n}', memory: {n}Gi}}}}}}]\n")
+              for n in (1, 3)]
+    for i in range(200):  # fresh request objects, freed after each round: their ids come back
+        n, shape = (1, 3)[i % 2], shapes[i % 2]
+        fresh = dataclasses.replace(
+            shape, containers=[dataclasses.replace(c, requests=dict(c.requests)) for c in shape.containers],
+            init_containers=[], resource_requests={}, overhead={})
+        assert (pod_resource(fresh).requests.milli_cpu, fit_request(fresh).milli_cpu) == (1000 * n, 1000 * n)
+        assert scoring_requests(fresh, ["cpu", "memory"], False, False) == (1000 * n, n * 2**30)
+        # the entry keeps the request objects alive, so their ids cannot come back while it stands
+        assert any(inputs is not None and inputs[0] is fresh.containers and inputs[2] is fresh.resource_requests
+                   for inputs, _value in _BY_INPUTS.values())
+        del fresh
+    bigger = dataclasses.replace(small, containers=pod(
+        "  containers: [{name: a, resources: {requests: {cpu: '2'}}}]\n").containers)
+    assert pod_resource(bigger).requests.milli_cpu == 2000 and fit_request(bigger).milli_cpu == 2000
+    assert scoring_requests(bigger, ["cpu", "memory"], False, False) == (2000, 200 * 2**20)
+    assert scoring_requests(bigger, ["cpu"], True, False) == (2000,)
+    assert pod_resource(small) is first and fit_request(small).milli_cpu == 100

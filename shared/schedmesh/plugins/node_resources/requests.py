@@ -27,8 +27,7 @@ from schedmesh.api.resources import (
     aggregate_container_requests,
     is_scalar_resource_name,
     pod_requests,
-    remembered,
-    resource_key,
+    remembered_for,
 )
 from schedmesh.api.types import Pod
 
@@ -62,7 +61,7 @@ _SCORING_MEMO: dict[tuple, tuple[int, ...]] = {}
 
 def fit_request(pod: Pod) -> Resource:
     """computePodResourceRequest with PodLevelResources on (shared: never modify it)."""
-    return remembered(_FIT_MEMO, resource_key(pod), lambda: max_resource(pod_requests(pod)))
+    return remembered_for(_FIT_MEMO, pod, lambda: max_resource(pod_requests(pod)))
 
 
 def requests_nothing(r: Resource) -> bool:
@@ -72,9 +71,9 @@ def requests_nothing(r: Resource) -> bool:
 def scoring_requests(pod: Pod, resource_names: Sequence[str], use_requested: bool,
                      pod_level: bool) -> tuple[int, ...]:
     """calculatePodResourceRequestList: the pod's request of each scored resource (0 when absent)."""
-    key = (resource_key(pod), tuple(resource_names), use_requested, pod_level)
-    return remembered(_SCORING_MEMO, key,
-                       lambda: tuple(_scoring_requests(pod, resource_names, use_requested, pod_level)))
+    return remembered_for(_SCORING_MEMO, pod,
+                          lambda: tuple(_scoring_requests(pod, resource_names, use_requested, pod_level)),
+                          (tuple(resource_names), use_requested, pod_level))
 
 
 def _scoring_requests(pod: Pod, resource_names: Sequence[str], use_requested: bool, pod_level: bool) -> list[int]:
