@@ -47,6 +47,11 @@ def fetch_max_wait_ms() -> int:
     return int(os.environ.get("SCHEDMESH_FETCH_MAX_WAIT_MS", "10"))
 
 
+def _tuned_ms(variable: str, default: int, floor: int) -> int:
+    """Milliseconds from `variable` (else `default`), never below `floor`."""
+    return max(floor, int(os.environ.get(variable, str(default))))
+
+
 def watcher_fetch_max_wait_ms() -> int:
     """The fetch wait of consumers off the scheduling path (the kubelet agent, the controllers,
     the preemption service, the queue-manager's Events): a longer wait
@@ -54,7 +59,7 @@ def watcher_fetch_max_wait_ms() -> int:
     CPU 57.5 s with 10 ms, 54.1 s with 50 ms; Tansu's 10.6 s, 8.7 s). Records reach these
     consumers up to this much later.
     SCHEDMESH_WATCHER_FETCH_MAX_WAIT_MS tunes it (never below the scheduling path's wait)."""
-    return max(fetch_max_wait_ms(), int(os.environ.get("SCHEDMESH_WATCHER_FETCH_MAX_WAIT_MS", "50")))
+    return _tuned_ms("SCHEDMESH_WATCHER_FETCH_MAX_WAIT_MS", 50, floor=fetch_max_wait_ms())
 
 
 def idle_fetch_max_wait_ms(busy_ms: int) -> int:
@@ -110,14 +115,14 @@ def watcher_fetch_interval_ms() -> int:
     733, 731, 843 -> 878, 970, 957 pods/s (the last pair against 300 ms), the mesh's CPU about a
     fifth lower per pod, the queue-manager's most (fewer, fuller record batches under its cache
     lock); `--rate 500` within noise. SCHEDMESH_WATCHER_FETCH_INTERVAL_MS tunes it."""
-    return max(fetch_interval_ms(), int(os.environ.get("SCHEDMESH_WATCHER_FETCH_INTERVAL_MS", "150")))
+    return _tuned_ms("SCHEDMESH_WATCHER_FETCH_INTERVAL_MS", 150, floor=fetch_interval_ms())
 
 
 def shard_fetch_interval_ms() -> int:
     """fetch_interval_ms of a filter or score shard's cache. Every request it answers waits for
     the caller's offsets (a hurried fetch when it is behind), so it stays closer than the
     watchers. SCHEDMESH_SHARD_FETCH_INTERVAL_MS tunes it."""
-    return max(fetch_interval_ms(), int(os.environ.get("SCHEDMESH_SHARD_FETCH_INTERVAL_MS", "50")))
+    return _tuned_ms("SCHEDMESH_SHARD_FETCH_INTERVAL_MS", 50, floor=fetch_interval_ms())
 
 
 def binder_fetch_interval_ms() -> int:
@@ -128,7 +133,7 @@ def binder_fetch_interval_ms() -> int:
     392, 386, 400 -> 402, 398, 422 pods/s, p50 1.7, 1.9, 1.6 -> 1.3, 1.4, 0.8 s, the mesh's CPU
     4.2-4.4 -> 3.9-4.1 ms per pod (the binder's and the broker's fetches); all pods at once within
     noise. SCHEDMESH_BINDER_FETCH_INTERVAL_MS tunes it."""
-    return max(fetch_interval_ms(), int(os.environ.get("SCHEDMESH_BINDER_FETCH_INTERVAL_MS", "150")))
+    return _tuned_ms("SCHEDMESH_BINDER_FETCH_INTERVAL_MS", 150, floor=fetch_interval_ms())
 
 
 def watcher_options() -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Iterable, Mapping, Optional
 
 import numpy as np
 
+from schedmesh.api.resources import remembered
 from schedmesh.api.types import Node, Pod, Taint, same_but_status
 from schedmesh.cache.node_info import ImageStateSummary, NodeInfo, PodInfo, pod_with_affinity, same_accounting
 
@@ -157,16 +158,11 @@ def _affinity_membership(ni: NodeInfo) -> tuple[bool, bool]:
 _ALL_ROWS: dict[int, np.ndarray] = {}
 
 
-def _all_rows(n: int) -> np.ndarray:
-    """np.arange(n) as int64, read-only (a caller that writes to it fails loudly) and shared."""
-    rows = _ALL_ROWS.get(n)
-    if rows is None:
-        if len(_ALL_ROWS) >= 64:
-            _ALL_ROWS.clear()
-        rows = np.arange(n, dtype=np.int64)
-        rows.flags.writeable = False
-        _ALL_ROWS[n] = rows
+def _read_only_arange(n: int) -> np.ndarray:
+    rows = np.arange(n, dtype=np.int64)
+    rows.flags.writeable = False  # shared by every caller: one that writes to it fails loudly
     return rows
+
 
 class SnapshotChanges:
     """What changed in a snapshot since `Snapshot.watch_changes()`: the rows whose pods changed,
@@ -248,7 +244,8 @@ class Snapshot:
 
     def all_indices(self) -> np.ndarray:
         """Every row, in order: one shared read-only array per node count (every cycle asks)."""
-        return _all_rows(len(self.node_info_list))
+        n = len(self.node_info_list)
+        return remembered(_ALL_ROWS, n, lambda: _read_only_arange(n), limit=64)
 
     def have_pods_with_affinity(self) -> list[NodeInfo]:
         return self._affinity()[0]

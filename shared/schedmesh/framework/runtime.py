@@ -78,6 +78,17 @@ def _ignore(*_args) -> None:
     pass
 
 
+
+def _out_of_range(scores: np.ndarray) -> Optional[int]:
+    """A score outside [MIN_NODE_SCORE, MAX_NODE_SCORE] (the largest if one is too large), or None."""
+    if not len(scores):
+        return None
+    hi = scores.max()
+    if hi > MAX_NODE_SCORE:
+        return int(hi)
+    lo = scores.min()
+    return int(lo) if lo < MIN_NODE_SCORE else None
+
 class Framework(Handle):
     """One profile's plugins, instantiated, per extension point, in order."""
 
@@ -506,15 +517,13 @@ class Framework(Handle):
         # kube normalizes every plugin's scores, then weighs and range-checks them: the range is
         # checked once over all of them (two reductions per plugin were a twentieth of a cycle),
         # and only a failure looks for the first plugin out of range.
-        if normalized:
-            every = np.concatenate(list(normalized.values()))
-            if len(every) and (every.max() > MAX_NODE_SCORE or every.min() < MIN_NODE_SCORE):
-                for name, scores in normalized.items():
-                    if len(scores) and (scores.max() > MAX_NODE_SCORE or scores.min() < MIN_NODE_SCORE):
-                        bad = int(scores.max() if scores.max() > MAX_NODE_SCORE else scores.min())
-                        raise PluginError(Status(Code.ERROR, (
-                            f'plugin "{name}" returns an invalid score {bad}, it should in the range of '
-                            f'[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing',), name))
+        if normalized and _out_of_range(np.concatenate(list(normalized.values()))) is not None:
+            for name, scores in normalized.items():
+                bad = _out_of_range(scores)
+                if bad is not None:
+                    raise PluginError(Status(Code.ERROR, (
+                        f'plugin "{name}" returns an invalid score {bad}, it should in the range of '
+                        f'[{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing',), name))
         return {name: scores * self.score_weights[name] for name, scores in normalized.items()}
 
     # ---- Reserve / Permit / Bind -----------------------------------------------------------

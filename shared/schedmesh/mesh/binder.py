@@ -300,7 +300,8 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
     async def BindBatch(self, request: binder_pb2.BindBatchRequest, context) -> binder_pb2.BindBatchResponse:
         trace.get_current_span().set_attribute("schedmesh.batch_size", len(request.binds))
         offsets = dict(request.offsets)
-        results = await self._commit(request.binds, request.client_id, read_from_log=bool(offsets))
+        read_from_log = bool(offsets)  # the caller follows the pods topic: its pods are on it
+        results = await self._commit(request.binds, request.client_id, read_from_log)
         refused = [i for i, r in enumerate(results) if not r.bound and not r.reason.startswith(PUBLISH_FAILED)]
         if refused and offsets and not self.ledger.cache.has_read(offsets):
             # The caller may have seen room freed that this ledger has not read yet (a deletion):
@@ -309,7 +310,7 @@ class BinderServicer(binder_pb2_grpc.BinderServicer):
             if not await asyncio.to_thread(self.ledger.cache.wait_for, offsets, LEDGER_CATCH_UP_SECONDS):
                 log.warning("ledger behind the caller's view after %.0f s (wants %s, has %s); deciding anyway",
                             LEDGER_CATCH_UP_SECONDS, offsets, self.ledger.cache.offsets)
-            again = await self._commit([request.binds[i] for i in refused], request.client_id, read_from_log=True)
+            again = await self._commit([request.binds[i] for i in refused], request.client_id, read_from_log)
             for i, r in zip(refused, again):
                 results[i] = r
         self._report_refusals(request.binds, results, request.client_id)
