@@ -439,9 +439,11 @@ def test_kill_preemption_service_while_preempting(meshes: Callable[[str], Mesh])
                 out.setdefault(v.pod.metadata.name, []).append(v)
         return out
     # running, as a cluster's pods are when higher-priority work arrives
-    assert poll(lambda: (lambda vs: len(vs) == len(lows) and all(
-        v[0].pod.node_name and v[0].pod.phase == "Running" for v in vs.values()))(views(lows)), 90, 0.5), \
-        "the low-priority pods did not all start"
+    if not poll(lambda: (lambda vs: len(vs) == len(lows) and all(
+            v[0].pod.node_name and v[0].pod.phase == "Running" for v in vs.values()))(views(lows)), 90, 0.5):
+        lo = views(lows)
+        raise AssertionError(f"the low-priority pods did not all start: {len(lo)} of {len(lows)} known, not running: "
+                             f"{[(n, v[0].pod.node_name, v[0].pod.phase, v[0].message) for n, v in lo.items() if v[0].pod.phase != 'Running'][:5]}")
     first_node = {n: v[0].pod.node_name for n, v in views(lows).items()}
 
     old = mesh.proc("preemption")

@@ -521,10 +521,13 @@ class KubeletAgent:
             base = waiting[0]
         else:
             msg = self._unbound.get(u.uid)
-            if msg is None or (u.node_name and u.node_name not in self.nodes):
-                if u.node_name:
-                    self._unbound.pop(u.uid, None)  # bound elsewhere
+            if msg is None:
                 return
+            if u.node_name and u.node_name not in self.nodes and not self.serve_applied_nodes:
+                self._unbound.pop(u.uid, None)  # bound elsewhere
+                return
+            # (bound to a node this agent may serve once its applied record is read, the nodes
+            # topic being behind the pods topic: the pod waits for it, as a whole bound record does)
             base = msg if isinstance(msg, Pod) else convert.pod_from_proto(msg)
         if u.node_name:
             self._unbound.pop(u.uid, None)

@@ -87,6 +87,49 @@ async def test_pods_waiting_for_their_node_start_in_their_records_order() -> Non
     assert times == sorted(times) and len(set(times)) == 4 and times[-1] - times[0] < 0.001, times
 
 
+async def test_a_binding_delta_read_before_its_applied_node_waits_for_the_node() -> None:
+    """The binder publishes a binding as a delta; the agent reads the pods topic and the nodes
+    topic apart, so the delta can arrive before the applied node's record. The pod then waits
+    for its node and starts once the node is read (dropped, it stayed Pending for good: the
+    crash-safety preemption case's low-priority pods that never started)."""
+    from schedmesh.api.types import Node, ObjectMeta, Pod
+    from schedmesh.api.quantity import parse_quantity
+    from schedmesh.bus import Record
+    from schedmesh.bus.topics import NODES, PODS
+    from schedmesh.mesh.records import binding_update, expand, node_record, pod_batch_record, pod_message
+    from schedmesh.v1 import events_pb2
+
+    now = [1000.0]
+    agent = KubeletAgent("agent-t", [], "127.0.0.1:9", clock=lambda: now[0], serve_applied_nodes=["api"])
+    sent: list[tuple[str, str, bytes]] = []
+
+    async def send(rec) -> None:
+        sent.append(rec)
+
+    async def register(nodes=None) -> None:
+        return None
+
+    agent._send, agent.register = send, register
+    offset = iter(range(100))
+
+    async def read(topic: str, rec: tuple[str, str, bytes]) -> None:
+        await agent.handle(Record(topic, 0, next(offset), rec[1].encode(), rec[2]))
+
+    pod = Pod(ObjectMeta(name="p-0", namespace="default", uid="u-0"))
+    other = Pod(ObjectMeta(name="p-1", namespace="default", uid="u-1"))
+    await read(PODS, pod_batch_record([pod_message(pod, source="api"), pod_message(other, source="api")], "api"))
+    await read(PODS, pod_batch_record([binding_update(pod, "node-a", "binder-0"),
+                                       binding_update(other, "node-z", "binder-0")], "binder-0"))
+    allocatable = {k: parse_quantity(v) for k, v in {"cpu": "4", "memory": "8Gi", "pods": "110"}.items()}
+    await read(NODES, node_record(Node(ObjectMeta(name="node-a"), allocatable=allocatable), source="api"))
+    now[0] += agent.start_delay + 1.0
+    await agent.reconcile()
+    running = {r.update.uid for topic, _k, value in sent if topic == PODS
+               for r in expand(events_pb2.PodRecord.FromString(value)) if r.update.phase == "Running"}
+    assert running == {"u-0"}  # p-1's node was never read: it waits, not started anywhere
+    assert "u-1" in agent._waiting_for_node["node-z"]
+
+
 async def test_applied_nodes_read_in_one_fetch_are_registered_in_one_record() -> None:
     """5,000 applied nodes registered one record each kept every reader's node columns
     rebuilding for the whole registration (the mesh placed 95 pods/s meanwhile)."""
