@@ -187,11 +187,15 @@ _LIVE_LOCK = threading.Lock()
 def wake_readers(topic: str) -> None:
     """Hurry this process's consumers of ``topic``: a record it just published is coming back
     to them, and is fetched at once, through a pause between fetches too (EventProducer.send
-    calls this: a queue-manager's Apply reaches its paced cache without waiting the pause)."""
+    calls this: a queue-manager's Apply reaches its paced cache without waiting the pause).
+    A consumer not ``hurried_by_own_writes`` is only woken: it reads the record after its pause."""
     with _LIVE_LOCK:
         readers = [c for c in _LIVE if topic in c.topics]
     for consumer in readers:
-        consumer.hurry()
+        if consumer.hurried_by_own_writes:
+            consumer.hurry()
+        else:
+            consumer.wake()
 
 
 class EventConsumer:
@@ -246,6 +250,7 @@ class EventConsumer:
         idle_poll_ms: int | None = None,
         idle_after: float = IDLE_AFTER_SECONDS,
         fetch_interval_ms: int | None = None,
+        hurried_by_own_writes: bool = True,
         **consumer_options: Any,
     ) -> None:
         self._bootstrap = bootstrap_servers
@@ -276,6 +281,10 @@ class EventConsumer:
         interval_ms = _default_fetch_interval_ms() if fetch_interval_ms is None else fetch_interval_ms
         self._fetch_interval = interval_ms / 1000
         self._paced_until = 0.0
+        # False: what this process publishes to these topics is read at this consumer's pace
+        # (woken from a doze, the pause kept), for a reader that holds its own writes until
+        # they come back (the binder's ledger); see wake_readers
+        self.hurried_by_own_writes = hurried_by_own_writes
         # a single-partition topic's partition 0 -> the other partitions an earlier version wrote
         # (spreading the topic by key) and their end offsets (nothing writes them any more); held:
         # those partition 0s not yet resumed because those partitions are not read to their ends

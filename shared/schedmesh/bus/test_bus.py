@@ -429,6 +429,24 @@ async def test_what_its_process_publishes_reaches_a_paced_consumer_without_the_p
         assert [r.value for r in got] == [b"elsewhere", b"mine"] and time.monotonic() - started < 1.5
 
 
+async def test_a_consumer_not_hurried_by_own_writes_reads_them_after_its_pause(
+    kafka: KafkaTarget, topic: TopicSpec
+) -> None:
+    """hurried_by_own_writes=False (the binder's cache, whose ledger holds its own bindings until
+    they come back): this process's publish does not end the pause; the record comes with the
+    next paced fetch, and a dozing consumer is still woken for it."""
+    async with EventProducer(kafka.bootstrap_servers, topics=[topic]) as producer, EventConsumer(
+        kafka.bootstrap_servers, [topic], fetch_interval_ms=2000, idle_poll_ms=0, hurried_by_own_writes=False
+    ) as consumer:
+        await _send_from_elsewhere(kafka.bootstrap_servers, topic.name, b"0")
+        assert [r.value for r in await _collect(consumer, 1)] == [b"0"]
+        started = time.monotonic()
+        await producer.send(topic.name, b"mine", key="k")
+        assert await consumer.getmany(timeout=0.8) == []  # still paced
+        got = await _collect(consumer, 1, timeout=5)
+        assert [r.value for r in got] == [b"mine"] and time.monotonic() - started > 1.5
+
+
 async def test_stop_ends_a_reader_dozing_in_getmany(kafka: KafkaTarget, topic: TopicSpec) -> None:
     """(A follow loop once spun on the event loop from there, so stop() never finished.)"""
     consumer = EventConsumer(kafka.bootstrap_servers, [topic], idle_poll_ms=60_000, idle_after=0.1)

@@ -351,9 +351,11 @@ async def serve(port: int, bootstrap: str, name: str = "binder-0", config: Optio
     ledger = BindLedger(cache, fit_args_from_config(config))
     producer = EventProducer(bootstrap, topics=(*STATE_TOPICS, TOPIC_EVENTS), client_id=name)
     servicer = BinderServicer(ledger, producer, name)
-    # On the scheduling path: a BindBatch waits for the ledger to reach the caller's offsets.
+    # Paced: a refused binding waits for the ledger to reach the caller's offsets (a hurried
+    # fetch), nothing else does. Its own bindings are read back at that pace too, the ledger
+    # holding them meanwhile: hurried by each, it fetched once per BindBatch.
     follower = CacheFollower(bootstrap, cache, client_id=name, on_restart=servicer.republish_pending,
-                             fetch_interval_ms=binder_fetch_interval_ms())
+                             fetch_interval_ms=binder_fetch_interval_ms(), hurried_by_own_writes=False)
     binder_pb2_grpc.add_BinderServicer_to_server(servicer, proc.server)
     await proc.start()
     await producer.start()
