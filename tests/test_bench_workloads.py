@@ -310,6 +310,8 @@ def test_schedmesh_bench_through_a_real_mesh_prints_its_json(tmp_path):
     assert all(v >= 0 for v in cpu.values()) and cpu["queue-manager"] > 0
     assert cpu["total"] == pytest.approx(sum(v for k, v in cpu.items() if k != "total"), abs=0.01)
     assert not list(tmp_path.glob(".schedmesh/mesh.json"))  # the bench's mesh is stopped
+    # the measured phase began once the init pods had started (as scheduler_perf measures)
+    assert "bench: init pods started and the mesh quiet after" in stderr, stderr[-3000:]
 
 
 def test_cpu_seconds_reads_the_processes_and_their_children():

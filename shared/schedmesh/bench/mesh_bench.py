@@ -73,6 +73,7 @@ class _BindWatcher:
         self.nodes: dict[str, str] = {}
         self.names: dict[str, str] = {}  # uid -> name of the bench's pods
         self.failed: dict[str, float] = {}  # name -> first FailedScheduling event
+        self.started: set[str] = set()  # names of the watched pods whose kubelet reported a phase
         self.ready = threading.Event()
         self.error: Optional[BaseException] = None
         self._stop = threading.Event()
@@ -125,9 +126,11 @@ class _BindWatcher:
                         continue
                     rec.ParseFromString(r.value)
                     for item in expand(rec):
-                        if item.HasField("update"):  # a binding delta: the pod's name is known from its record
+                        if item.HasField("update"):  # a delta: the pod's name is known from its record
                             name = self.names.get(item.update.uid, "")
                             node = item.update.node_name
+                            if item.update.phase and name:
+                                self.started.add(name)
                         else:
                             name, node = item.pod.metadata.name, item.pod.node_name
                             if name.startswith(self.prefix):
@@ -255,6 +258,34 @@ def cpu_ms_per_pod(before: dict[str, float], after: dict[str, float], pods: int)
     return per
 
 
+def _settle(watcher: _BindWatcher, names: list[str], procs, timeout: float,
+            quiet_cores: float = 0.25, window: float = 0.5, quiet_limit: float = 30.0) -> float:
+    """Wait until the init pods are digested before the measured phase, as scheduler_perf
+    measures only the measured pods: every init pod's kubelet has reported its phase, and then
+    the mesh's processes together use under `quiet_cores` over `window` seconds (the readers
+    applying those statuses), for at most `quiet_limit` seconds. Without it the measured pods
+    shared the machine with the digestion of 5,000 init pods. Returns the seconds waited."""
+    from schedmesh.cli.supervisor import MeshError
+    started = time.time()
+    deadline = started + timeout
+    while sum(1 for n in names if n in watcher.started) < len(names):
+        if watcher.error:
+            raise MeshError(f"watching the mesh failed: {watcher.error}")
+        if time.time() > deadline:
+            raise MeshError(f"only {sum(1 for n in names if n in watcher.started)}/{len(names)} init pods "
+                            f"started within {timeout:.0f}s")
+        time.sleep(0.2)
+    quiet_deadline = time.time() + quiet_limit
+    before = cpu_seconds(procs)
+    while time.time() < quiet_deadline:
+        time.sleep(window)
+        after = cpu_seconds(procs)
+        if sum(after.values()) - sum(before.values()) < quiet_cores * window:
+            break
+        before = after
+    return time.time() - started
+
+
 def _apply(client, items: list[dict], source: str) -> None:
     from schedmesh.v1 import queue_pb2
     client.call("Apply", queue_pb2.ApplyRequest(manifest=json.dumps({"apiVersion": "v1", "kind": "List",
@@ -326,12 +357,14 @@ def main(args: argparse.Namespace) -> int:
 
         _apply(client, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
                         for ns in workload.namespaces], "bench-namespaces")
+        watcher.start()
         if init:
             log(f"bench: applying {len(init)} init pods (pre-bound)")
             docs = [pod_doc(p) for p in init]
             for i in range(0, len(docs), 1000):
                 _apply(client, docs[i:i + 1000], "bench-init-pods")
-        watcher.start()
+            waited = _settle(watcher, [d["metadata"]["name"] for d in docs], state.procs, args.timeout)
+            log(f"bench: init pods started and the mesh quiet after {waited:.1f}s")
         unschedulable_names = [f"{prefix}{p.name}" for p in unschedulable]
         if unschedulable:
             log(f"bench: applying {len(unschedulable)} unschedulable pods; waiting for each to fail once")
