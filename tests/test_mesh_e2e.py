@@ -319,6 +319,8 @@ def test_broker_restart_loses_nothing_that_is_owned(mesh) -> None:
     re-register their nodes and running pods, the queue-manager re-publishes what was applied
     through it, and scheduling goes on."""
     before = {n.node.metadata.name for n in mesh.stub.GetNodes(queue_pb2.GetRequest()).nodes}
+    mesh.apply(pods_manifest("before-restart", 3))  # this test's own pods, bound before the restart
+    mesh.wait_bound("before-restart", 3)
     broker = mesh.proc("broker")
     os.kill(broker["pid"], signal.SIGTERM)
     deadline = time.time() + 20
@@ -332,20 +334,23 @@ def test_broker_restart_loses_nothing_that_is_owned(mesh) -> None:
     mesh.apply(pods_manifest("after-restart", 3))
     placed = mesh.wait_bound("after-restart", 3, timeout=240)
     assert set(placed.values()) <= before
-    # Pods bound before the restart were re-published by their agent (and applied ones by the
-    # queue-manager): maybe after the new pods were bound, whose Apply can precede the moment
-    # the re-publishers notice the restart.
+    # Pods bound before the restart were re-published, bound to their node, by their agent (and
+    # the binder; the queue-manager re-publishes what was applied): maybe after the new pods
+    # were bound, whose Apply can precede the moment the re-publishers notice the restart.
+    first = mesh.bound("before-restart")
     deadline = time.time() + 60
-    while not any(name.startswith("churn-") for name in asyncio.run(_all_pod_names(mesh.state["bootstrap"]))):
-        assert time.time() < deadline, "no pod bound before the restart was re-published within 60 s"
+    while (got := asyncio.run(_pod_nodes(mesh.state["bootstrap"], "before-restart-"))) != first:
+        assert time.time() < deadline, f"pods bound before the restart, re-published: {got}, want {first}"
         time.sleep(1.0)
     nodes = {n.node.metadata.name for n in mesh.stub.GetNodes(queue_pb2.GetRequest()).nodes}
     assert nodes == before
 
 
-async def _all_pod_names(bootstrap: str) -> set[str]:
+async def _pod_nodes(bootstrap: str, prefix: str) -> dict[str, str]:
+    """name -> node of the pods named `prefix`... on the pods topic now ("" when unbound)."""
     fold = PodTopicFold()
     async with EventConsumer(bootstrap, [TOPIC_PODS], client_id="test-audit-2") as consumer:
         for r in await consumer.catch_up(60):
             fold.add(r.value)
-    return {name.split("/", 1)[1] for name in fold.names.values()}
+    return {name.split("/", 1)[1]: fold.node.get(uid, "") for uid, name in fold.names.items()
+            if name.split("/", 1)[1].startswith(prefix)}
