@@ -9,6 +9,38 @@ from schedmesh.bus.watch import cancel_and_wait
 from schedmesh.mesh.agent import KubeletAgent
 
 
+class _ReadingAgent:
+    """An agent serving the nodes "api" applies, its Kafka clients never started: `read` hands
+    it a record as its consumer would, `sent` collects what it publishes, `now` is its clock."""
+
+    def __init__(self) -> None:
+        from schedmesh.bus import Record
+        self.now = [1000.0]
+        self.agent = KubeletAgent("agent-t", [], "127.0.0.1:9", clock=lambda: self.now[0], serve_applied_nodes=["api"])
+        self.sent: list[tuple[str, str, bytes]] = []
+        self._offset = iter(range(1_000_000))
+        self._record = Record
+
+        async def send(rec) -> None:
+            self.sent.append(rec)
+
+        async def register(nodes=None) -> None:
+            return None
+
+        self.agent._send, self.agent.register = send, register
+
+    async def read(self, topic: str, rec: tuple[str, str, bytes]) -> None:
+        await self.agent.handle(self._record(topic, 0, next(self._offset), rec[1].encode(), rec[2]))
+
+    def started(self) -> dict[str, float]:
+        """uid -> start time of the pods it reported Running, in the order it reported them."""
+        from schedmesh.bus.topics import PODS
+        from schedmesh.mesh.records import expand
+        from schedmesh.v1 import events_pb2
+        return {r.update.uid: r.update.start_time for topic, _key, value in self.sent if topic == PODS
+                for r in expand(events_pb2.PodRecord.FromString(value)) if r.update.phase == "Running"}
+
+
 async def test_the_reconcile_loop_sleeps_until_a_timer_is_due() -> None:
     """(Ten passes a second over no due timer were a fifth of an idle agent's wake-ups.)"""
     agent = KubeletAgent("agent-t", [], "127.0.0.1:9", tick=0.01)
@@ -45,43 +77,21 @@ async def test_pods_waiting_for_their_node_start_in_their_records_order() -> Non
     breaks ties by the victims' start times)."""
     from schedmesh.api.types import Node, ObjectMeta, Pod
     from schedmesh.api.quantity import parse_quantity
-    from schedmesh.bus import Record
     from schedmesh.bus.topics import NODES, PODS
-    from schedmesh.mesh.records import expand, node_record, pod_batch_record, pod_message
-    from schedmesh.v1 import events_pb2
+    from schedmesh.mesh.records import node_record, pod_batch_record, pod_message
 
-    now = [1000.0]
-    agent = KubeletAgent("agent-t", [], "127.0.0.1:9", clock=lambda: now[0], serve_applied_nodes=["api"])
-    sent: list[tuple[str, str, bytes]] = []
-
-    async def send(rec) -> None:
-        sent.append(rec)
-
-    async def register(nodes=None) -> None:
-        return None
-
-    agent._send, agent.register = send, register
+    t = _ReadingAgent()
     names = ["node-b", "node-a", "node-b", "node-a"]  # a pod of node-a is learned before node-a's record
     pods = [Pod(ObjectMeta(name=f"p-{i}", namespace="default", uid=f"u-{i}"), node_name=n) for i, n in enumerate(names)]
-    offset = iter(range(100))
-
-    async def read(topic: str, rec: tuple[str, str, bytes]) -> None:
-        await agent.handle(Record(topic, 0, next(offset), rec[1].encode(), rec[2]))
-
     allocatable = {k: parse_quantity(v) for k, v in {"cpu": "4", "memory": "8Gi", "pods": "110"}.items()}
-    await read(NODES, node_record(Node(ObjectMeta(name="node-b"), allocatable=allocatable), source="api"))
-    await read(PODS, pod_batch_record([pod_message(p, source="api") for p in pods], "api"))
-    now[0] += agent.start_delay
-    await agent.reconcile()  # starts node-b's pods, all due at once (the record's clock + the delay)
-    await read(NODES, node_record(Node(ObjectMeta(name="node-a"), allocatable=allocatable), source="api"))
-    now[0] += 1.0
-    await agent.reconcile()  # starts node-a's pods, a pass later
-    starts: dict[str, float] = {}
-    for topic, _key, value in sent:
-        if topic == PODS:
-            for r in expand(events_pb2.PodRecord.FromString(value)):
-                if r.update.phase == "Running":
-                    starts[r.update.uid] = r.update.start_time
+    await t.read(NODES, node_record(Node(ObjectMeta(name="node-b"), allocatable=allocatable), source="api"))
+    await t.read(PODS, pod_batch_record([pod_message(p, source="api") for p in pods], "api"))
+    t.now[0] += t.agent.start_delay
+    await t.agent.reconcile()  # starts node-b's pods, all due at once (the record's clock + the delay)
+    await t.read(NODES, node_record(Node(ObjectMeta(name="node-a"), allocatable=allocatable), source="api"))
+    t.now[0] += 1.0
+    await t.agent.reconcile()  # starts node-a's pods, a pass later
+    starts = t.started()
     assert list(starts) == ["u-0", "u-2", "u-1", "u-3"]  # two passes
     times = [starts[p.uid] for p in pods]
     assert times == sorted(times) and len(set(times)) == 4 and times[-1] - times[0] < 0.001, times
@@ -94,40 +104,21 @@ async def test_a_binding_delta_read_before_its_applied_node_waits_for_the_node()
     crash-safety preemption case's low-priority pods that never started)."""
     from schedmesh.api.types import Node, ObjectMeta, Pod
     from schedmesh.api.quantity import parse_quantity
-    from schedmesh.bus import Record
     from schedmesh.bus.topics import NODES, PODS
-    from schedmesh.mesh.records import binding_update, expand, node_record, pod_batch_record, pod_message
-    from schedmesh.v1 import events_pb2
+    from schedmesh.mesh.records import binding_update, node_record, pod_batch_record, pod_message
 
-    now = [1000.0]
-    agent = KubeletAgent("agent-t", [], "127.0.0.1:9", clock=lambda: now[0], serve_applied_nodes=["api"])
-    sent: list[tuple[str, str, bytes]] = []
-
-    async def send(rec) -> None:
-        sent.append(rec)
-
-    async def register(nodes=None) -> None:
-        return None
-
-    agent._send, agent.register = send, register
-    offset = iter(range(100))
-
-    async def read(topic: str, rec: tuple[str, str, bytes]) -> None:
-        await agent.handle(Record(topic, 0, next(offset), rec[1].encode(), rec[2]))
-
+    t = _ReadingAgent()
     pod = Pod(ObjectMeta(name="p-0", namespace="default", uid="u-0"))
     other = Pod(ObjectMeta(name="p-1", namespace="default", uid="u-1"))
-    await read(PODS, pod_batch_record([pod_message(pod, source="api"), pod_message(other, source="api")], "api"))
-    await read(PODS, pod_batch_record([binding_update(pod, "node-a", "binder-0"),
-                                       binding_update(other, "node-z", "binder-0")], "binder-0"))
+    await t.read(PODS, pod_batch_record([pod_message(pod, source="api"), pod_message(other, source="api")], "api"))
+    await t.read(PODS, pod_batch_record([binding_update(pod, "node-a", "binder-0"),
+                                         binding_update(other, "node-z", "binder-0")], "binder-0"))
     allocatable = {k: parse_quantity(v) for k, v in {"cpu": "4", "memory": "8Gi", "pods": "110"}.items()}
-    await read(NODES, node_record(Node(ObjectMeta(name="node-a"), allocatable=allocatable), source="api"))
-    now[0] += agent.start_delay + 1.0
-    await agent.reconcile()
-    running = {r.update.uid for topic, _k, value in sent if topic == PODS
-               for r in expand(events_pb2.PodRecord.FromString(value)) if r.update.phase == "Running"}
-    assert running == {"u-0"}  # p-1's node was never read: it waits, not started anywhere
-    assert "u-1" in agent._waiting_for_node["node-z"]
+    await t.read(NODES, node_record(Node(ObjectMeta(name="node-a"), allocatable=allocatable), source="api"))
+    t.now[0] += t.agent.start_delay + 1.0
+    await t.agent.reconcile()
+    assert set(t.started()) == {"u-0"}  # p-1's node was never read: it waits, not started anywhere
+    assert "u-1" in t.agent._waiting_for_node["node-z"]
 
 
 async def test_applied_nodes_read_in_one_fetch_are_registered_in_one_record() -> None:
