@@ -268,12 +268,11 @@ def _settle(watcher: _BindWatcher, names: list[str], procs, timeout: float,
     from schedmesh.cli.supervisor import MeshError
     started = time.time()
     deadline = started + timeout
-    while sum(1 for n in names if n in watcher.started) < len(names):
+    while (done := sum(1 for n in names if n in watcher.started)) < len(names):
         if watcher.error:
             raise MeshError(f"watching the mesh failed: {watcher.error}")
         if time.time() > deadline:
-            raise MeshError(f"only {sum(1 for n in names if n in watcher.started)}/{len(names)} init pods "
-                            f"started within {timeout:.0f}s")
+            raise MeshError(f"only {done}/{len(names)} init pods started within {timeout:.0f}s")
         time.sleep(0.2)
     quiet_deadline = time.time() + quiet_limit
     before = cpu_seconds(procs)

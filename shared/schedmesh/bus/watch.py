@@ -171,7 +171,8 @@ class BrokerWatch:
             # One metadata request answers both: the broker's identity and its topics (the
             # admin client's list_topics and describe_cluster each send that same request, and
             # the probes of every client of every process were a tenth of the broker's requests
-            # at a steady rate). Both from one answer, a restart cannot fall between them.
+            # at a steady rate). Both from one answer, a restart cannot fall between them. (The
+            # admin client's own method for that request, which both of those call, is private.)
             metadata = await asyncio.wait_for(admin._get_cluster_metadata(), self._timeout)
             answer = metadata.to_object()
         except (TimeoutError, KafkaError, OSError) as exc:

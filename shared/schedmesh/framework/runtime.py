@@ -78,7 +78,6 @@ def _ignore(*_args) -> None:
     pass
 
 
-
 def _out_of_range(scores: np.ndarray) -> Optional[int]:
     """A score outside [MIN_NODE_SCORE, MAX_NODE_SCORE] (the largest if one is too large), or None."""
     if not len(scores):
@@ -88,6 +87,7 @@ def _out_of_range(scores: np.ndarray) -> Optional[int]:
         return int(hi)
     lo = scores.min()
     return int(lo) if lo < MIN_NODE_SCORE else None
+
 
 class Framework(Handle):
     """One profile's plugins, instantiated, per extension point, in order."""
