@@ -19,7 +19,7 @@ import pytest
 from schedmesh.api.load import admit_all, load_files, load_text
 from schedmesh.api.to_json import node_to_json, pod_to_json
 from schedmesh.bench.cycle_bench import run as run_cycle_bench, schedule_in_process
-from schedmesh.bench.mesh_bench import _pool_for, cpu_ms_per_pod, cpu_seconds
+from schedmesh.bench.mesh_bench import _pool_for, cpu_ms_per_pod, cpu_seconds, record_time
 from schedmesh.bench.workloads import SHAPES, WORKLOAD_NAMES, ZONE_LABEL, build, default_sizes
 from schedmesh.cli.explain import Explainer, fill_times, load_profiles
 from schedmesh.mesh.nodepool import load_pools
@@ -302,6 +302,9 @@ def test_schedmesh_bench_through_a_real_mesh_prints_its_json(tmp_path):
                 "score_shards", "peak_rss_mib", "unschedulable_pods", "unschedulable_bound", "baseline_workload"):
         assert key in result, key
     assert set(result["latency_ms"]) >= {"p50", "p90", "p99"}
+    # from submission to the binding's record: after the pod was sent, within the run
+    lat = result["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= 1000 * result["seconds"] + 1, result  # (rounded)
     assert (result["workload"], result["nodes"], result["pods"], result["scheduled"]) == ("Unschedulable", 20, 12, 12)
     assert (result["unschedulable_pods"], result["unschedulable_bound"]) == (6, 0)
     assert result["pods_per_second"] > 0 and result["peak_rss_mib"] > 0
@@ -312,6 +315,16 @@ def test_schedmesh_bench_through_a_real_mesh_prints_its_json(tmp_path):
     assert not list(tmp_path.glob(".schedmesh/mesh.json"))  # the bench's mesh is stopped
     # the measured phase began once the init pods had started (as scheduler_perf measures)
     assert "bench: init pods started and the mesh quiet after" in stderr, stderr[-3000:]
+
+
+def test_the_watcher_times_a_record_by_its_kafka_timestamp():
+    """A binding is timed when it was published, not when the bench's watcher read it."""
+    import time
+    from schedmesh.bus.records import Record
+    published = Record("schedmesh.pods", 0, 7, None, b"x", timestamp_ms=1_700_000_000_123)
+    assert record_time(published) == pytest.approx(1_700_000_000.123)
+    before = time.time()
+    assert before <= record_time(Record("schedmesh.pods", 0, 8, None, b"x", timestamp_ms=-1)) <= time.time()
 
 
 def test_cpu_seconds_reads_the_processes_and_their_children():
