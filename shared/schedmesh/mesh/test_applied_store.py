@@ -59,3 +59,25 @@ def test_torn_last_line_is_skipped_and_compaction_keeps_what_is_live(tmp_path) -
     store.compact()
     assert store.path.read_text().count("\n") == 2 < lines_before  # the class and pod a
     assert pod_names(AppliedStore(tmp_path)) == ["a"]
+
+
+def test_a_batch_is_journalled_as_published_and_read_per_object(tmp_path) -> None:
+    """One line per batch record (nothing decoded on the Apply path), one entry per pod when
+    read: a later line for one pod replaces or deletes that pod only; deltas are not kept."""
+    m = load_text(MANIFEST)
+    a, b = m.pods
+    store = AppliedStore(tmp_path)
+    batch = records.pod_batch_records([records.pod_message(a), records.pod_message(b),
+                                       records.binding_update(b, "n1")], source="qm")
+    assert len(batch) == 1 and batch[0][1].startswith("batch/")
+    store.write(batch)
+    assert store.path.read_text().count("\n") == 1
+    assert pod_names(store) == ["a", "b"]
+    assert all(not events_pb2.PodRecord.FromString(v).HasField("update") for _t, _k, v in store.records())
+    store.write(records.pod_batch_records([records.pod_message(a, deleted=True), records.pod_message(b)], source="qm"))
+    assert pod_names(store) == ["b"]
+    with open(store.path, "a") as f:  # a batch line whose record cannot be read
+        f.write('{"topic": "schedmesh.pods", "key": "batch/qm", "value": "AAAA"}\n')
+    assert pod_names(store) == ["b"]
+    store.compact()
+    assert store.path.read_text().count("\n") == 1 and pod_names(AppliedStore(tmp_path)) == ["b"]
