@@ -39,7 +39,7 @@ from schedmesh.api.types import same_template
 from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
 from schedmesh.framework.interface import Code, CycleState, Status
 from schedmesh.framework.runtime import Framework, Nominator
-from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm, rotated
+from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm
 from schedmesh.mesh.answers import FEASIBLE, NOT_EVALUATED, TemplateAnswers
 from schedmesh.v1 import scheduling_pb2 as spb
 
@@ -219,6 +219,38 @@ def filter_answers(batch: ShardBatch, pods: Sequence, responses: Sequence[spb.Fi
         batch.answers[pod.meta.uid] = PodAnswers(pod, status, statuses, usable)
 
 
+class _Walk:
+    """One answers array as kube's search walks it: the evaluated rows in order, and the
+    positions among them of the feasible ones. Replicas share their template's array, so the
+    batch builds this once per template, and each pod's walk from its start index costs its
+    window's length, not the node count (a full pass per pod was 40 us of the queue-manager's
+    CPU per pod of a 64-pod batch at 5,000 nodes)."""
+
+    __slots__ = ("rows", "feasible")
+
+    def __init__(self, status: np.ndarray) -> None:
+        self.rows = np.flatnonzero(status != NOT_EVALUATED)
+        self.feasible = np.flatnonzero(status[self.rows] == FEASIBLE)
+
+    def from_start(self, s: int, to_find: int) -> tuple[int, np.ndarray]:
+        """From position `s` (wrapping around): how many rows the search processes before it
+        stops at the (to_find+1)-th feasible one (all of them when it does not), and the rows of
+        the first `to_find` feasible ones, in walk order."""
+        n, f = len(self.rows), self.feasible
+        k = int(np.searchsorted(f, s))  # the first feasible position at or after s
+        after = len(f) - k  # feasible positions from s to the end, before the wrap
+        if not len(f):
+            processed = n
+        elif to_find < n and len(f) > to_find:
+            processed = int(f[k + to_find]) - s if after > to_find else int(f[to_find - after]) + n - s
+        else:
+            processed = n
+        taken = f[k:k + to_find]
+        if len(taken) < to_find:
+            taken = np.concatenate((taken, f[:min(k, to_find - len(taken))]))
+        return processed, self.rows[taken]
+
+
 def expected_windows(batch: ShardBatch, algo: SchedulingAlgorithm, items: Sequence[tuple[Framework, object]],
                      start: int) -> list[tuple[int, np.ndarray]]:
     """The nodes each pod is expected to score: kube's walk over the shards' answers from
@@ -228,26 +260,19 @@ def expected_windows(batch: ShardBatch, algo: SchedulingAlgorithm, items: Sequen
     expected after the last pod is left in `batch.next_start`."""
     n_all = batch.cols.n
     out = []
+    walks: dict[int, _Walk] = {}  # id(answers array) -> its walk; the arrays live in batch.answers
     for i, (fw, pod) in enumerate(items):
         a = batch.answers.get(pod.meta.uid)
         if a is None or not a.usable or n_all == 0:
             continue  # a PreFilter rejection does not move the start index
-        rows = np.flatnonzero(a.status != NOT_EVALUATED)
-        if len(rows) == 0:
+        walk = walks.get(id(a.status))
+        if walk is None:
+            walk = walks[id(a.status)] = _Walk(a.status)
+        if len(walk.rows) == 0:
             continue
-        to_find = algo.nodes_to_find(fw, len(rows))
-        s = start % len(rows)
-        ordered = rotated(rows, s)
-        seq = a.status[ordered]
-        feasible_pos = np.flatnonzero(seq == FEASIBLE)
-        if not len(feasible_pos):
-            processed = len(ordered)
-        elif to_find < len(ordered) and len(feasible_pos) > to_find:
-            processed = int(feasible_pos[to_find])
-        else:
-            processed = len(ordered)
+        to_find = algo.nodes_to_find(fw, len(walk.rows))
+        processed, window = walk.from_start(start % len(walk.rows), to_find)
         start = (start + processed) % n_all
-        window = ordered[feasible_pos[:to_find]]
         if len(window) > 1 and fw.has_score_plugins():
             out.append((i, np.sort(window)))
     batch.next_start = start

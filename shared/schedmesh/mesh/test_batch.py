@@ -71,6 +71,35 @@ def test_raw_scores_survive_their_encoding(values: list[int]) -> None:
     assert ps.width == (0 if len(set(values)) <= 1 else 4 if values[1] < 2 ** 31 else 8)
 
 
+def _walk_reference(status: np.ndarray, s: int, to_find: int) -> tuple[int, list[int]]:
+    """kube's search over one answers array, spelled out: the evaluated rows rotated to start
+    at position `s`, up to the (to_find+1)-th feasible row."""
+    rows = np.flatnonzero(status != A.NOT_EVALUATED)
+    ordered = np.concatenate((rows[s:], rows[:s]))
+    feasible = np.flatnonzero(status[ordered] == A.FEASIBLE)
+    if not len(feasible):
+        processed = len(ordered)
+    elif to_find < len(ordered) and len(feasible) > to_find:
+        processed = int(feasible[to_find])
+    else:
+        processed = len(ordered)
+    return processed, ordered[feasible[:to_find]].tolist()
+
+
+def test_the_walk_of_a_templates_answers_is_kubes_search_from_every_start() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        status = rng.choice([A.FEASIBLE, A.NOT_EVALUATED, 0, 1], size=n, p=[0.5, 0.2, 0.2, 0.1]).astype(np.int32)
+        walk = B._Walk(status)
+        if not len(walk.rows):
+            continue
+        for s in range(len(walk.rows)):
+            for to_find in (1, 2, 3, len(walk.rows) // 2 or 1, len(walk.rows), len(walk.rows) + 1):
+                processed, window = walk.from_start(s, to_find)
+                assert (processed, window.tolist()) == _walk_reference(status, s, to_find), (status, s, to_find)
+
+
 def test_row_bitmaps_round_trip() -> None:
     rows = np.array([0, 3, 8, 4999], np.int64)
     assert B.bitmap_rows(B.bitmap_bytes(rows, 5000), 5000).tolist() == rows.tolist()
