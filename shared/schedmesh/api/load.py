@@ -73,6 +73,10 @@ class ManifestError(ValueError):
         self.where, self.path, self.reason = where, path, reason
         super().__init__(f"{where}: {path}: {reason}" if path else f"{where}: {reason}")
 
+    def __reduce__(self):
+        # pickled as made (the queue-manager's admission worker process raises it)
+        return type(self), (self.where, self.path, self.reason)
+
 
 @dataclass
 class Manifests:

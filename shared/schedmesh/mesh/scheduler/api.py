@@ -12,12 +12,11 @@ from typing import Optional
 import grpc
 
 from schedmesh.api import convert
-from schedmesh.api.load import AdmissionError, ManifestError, Manifests, admit_all, api_server_name_warnings, load_text
+from schedmesh.api.load import AdmissionError, ManifestError, Manifests
 from schedmesh.api.runtime_class import admit_runtime_class
 from schedmesh.api.types import Node, Pod
 from schedmesh.api.update import as_applied, merged_pod, pod_changed, pod_update_error
 from schedmesh.bus import EventProducer
-from schedmesh.eviction.taint_eviction import default_toleration_seconds
 from schedmesh.mesh import records
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 from schedmesh.mesh.scheduler.scheduler import QueueManager
@@ -83,10 +82,9 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         as kube-apiserver's plugins run, in its order: Priority, DefaultTolerationSeconds, RuntimeClass."""
         qm = self.qm
         try:
-            # In a worker thread: reading a large manifest (up to MAX_EXPANDED_NODES nodes, a
-            # workload's replicas, its template's hash) takes long enough to stall every other
-            # RPC and the scheduling loop if done on this event loop.
-            m, warnings = await asyncio.to_thread(self._admit, request.manifest, request.source or "<manifest>")
+            # Off this event loop: reading a large manifest (up to MAX_EXPANDED_NODES nodes, a
+            # workload's replicas, its template's hash) takes long enough to stall every other RPC.
+            m, warnings = await self._admit(request.manifest, request.source or "<manifest>")
         except ManifestError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         plan = await self._plan(m)  # RuntimeClass admission there: it needs the pods' live copies
@@ -142,19 +140,14 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             await asyncio.to_thread(qm.store.write, stored_recs)
         return queue_pb2.ApplyResponse(applied=plan.lines, warnings=warnings)
 
-    def _admit(self, manifest: str, source: str) -> tuple[Manifests, list[str]]:
+    async def _admit(self, manifest: str, source: str) -> tuple[Manifests, list[str]]:
         """Read a manifest and run the admission that needs no live pod (Priority,
-        DefaultTolerationSeconds): the objects and the name warnings, or ManifestError. Runs in a
-        worker thread (the cache is read under its lock)."""
+        DefaultTolerationSeconds): the objects and the name warnings, or ManifestError. Off the
+        event loop, in the admission worker process when the manifest is large (admission.py)."""
         qm = self.qm
-        m = load_text(manifest, source, strict_names=qm.cfg.strict_names)
-        warnings = [] if qm.cfg.strict_names else api_server_name_warnings(m)
         with qm.cache.lock:
             classes = list(qm.cache.priority_classes.values())
-        admit_all(m, classes)
-        for p in m.pods:  # kube-apiserver's DefaultTolerationSeconds admission (not-ready, unreachable: 300 s)
-            p.tolerations = default_toleration_seconds(p.tolerations)
-        return m, warnings
+        return await qm.admission.admit(manifest, source, qm.cfg.strict_names, classes)
 
     async def _plan(self, m):
         """What to publish for an applied manifest and kubectl's line for each object."""

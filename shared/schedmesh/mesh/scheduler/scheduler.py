@@ -46,6 +46,7 @@ from schedmesh.mesh.preemption_service import PreemptionsInFlight
 from schedmesh.preemption.executor import SERVICE_KEY as PREEMPTION_EXECUTOR
 from schedmesh.v1 import binder_pb2_grpc, events_pb2, preemption_pb2_grpc, queue_pb2
 from schedmesh.v1 import scheduling_pb2 as spb
+from schedmesh.mesh.scheduler.admission import Admission
 from schedmesh.mesh.scheduler.binding_cycle import BindingCycle
 from schedmesh.mesh.scheduler.eventhandlers import EventHandlers
 from schedmesh.mesh.scheduler.schedule_one import ScheduleOne, TracedEvaluator, trace_method
@@ -126,6 +127,8 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self.preemption = (preemption_pb2_grpc.PreemptionStub(self._preemption_channel)
                            if self._preemption_channel is not None else None)
         self._preemption_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="preemption")
+        # Reads and admits applied manifests; large ones in a worker process, beside the loop.
+        self.admission = Admission()
         self.loop_running = threading.Event()
         self.deciding = False  # the scheduling thread holds popped pods not yet decided
         self.attempts = 0
@@ -140,6 +143,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                                       on_restart=self._republish, resend=self._resend_after_restart,
                                       resend_window=self._resend_window)
         await self.producer.start(timeout)
+        self.admission.start()
         # Paced as the watchers are: what this process publishes (an Apply's pods, a deletion) and
         # whatever it waits for are fetched at once (bus.consumer.wake_readers, ClusterCache.wait_for);
         # other writers' records, bindings and kubelet reports above all, come in fewer, fuller
@@ -188,6 +192,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         if self._bind_thread is not None:
             await asyncio.to_thread(self._bind_thread.join, 10)
         self._batch_prep.shutdown(wait=False, cancel_futures=True)
+        await asyncio.to_thread(self.admission.stop)
         self.evaluator.close()
         self._binder_channel.close()
         self._preemption_pool.shutdown(wait=False, cancel_futures=True)

@@ -1,6 +1,6 @@
 """The Scheduler API's Apply, in process against a stand-in queue-manager (a real ClusterCache, a
-producer that records what is sent): the manifest is read in a worker thread, never on the event
-loop, with the same refusals as before; names an API server refuses are accepted with kubectl's
+producer that records what is sent): the manifest is read in a worker thread, or when large in
+the admission worker process, never on the event loop, with the same refusals either way; names an API server refuses are accepted with kubectl's
 warning by default and refused with --strict-names."""
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
-from schedmesh.api import load
+from schedmesh.api import convert, load
 from schedmesh.api.load import ManifestError, load_text
 from schedmesh.bus.topics import PODS
 from schedmesh.mesh import records
 from schedmesh.mesh.cluster_cache import ClusterCache
-from schedmesh.mesh.scheduler import api
+from schedmesh.mesh.scheduler import admission, api
 from schedmesh.v1 import events_pb2, queue_pb2
 
 
@@ -41,10 +41,11 @@ class Context:
         raise Aborted(code, details)
 
 
-def servicer(strict_names: bool = False) -> api.SchedulerServicer:
+def servicer(strict_names: bool = False, worker_min_chars: int = admission.WORKER_MIN_CHARS) -> api.SchedulerServicer:
     versions = itertools.count(1)
     qm = SimpleNamespace(cfg=SimpleNamespace(strict_names=strict_names, strict_admission=False, client_id="qm-test"),
                          cache=ClusterCache(), producer=Producer(), applied_nodes={}, store=None,
+                         admission=admission.Admission(worker_min_chars),
                          next_resource_version=lambda: f"qm-test-{next(versions)}",
                          queue_name=lambda pod, pending: "")
     return api.SchedulerServicer(qm)  # type: ignore[arg-type]
@@ -66,7 +67,7 @@ def test_the_manifest_is_read_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch
     """While a slow manifest is read, the event loop goes on (other RPCs, the scheduling loop)."""
     s = servicer()
     seen = {}
-    real = api.load_text
+    real = admission.load_text
 
     def slow_load_text(*args, **kwargs):
         seen["thread"] = threading.current_thread()
@@ -78,7 +79,7 @@ def test_the_manifest_is_read_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch
         time.sleep(0.5)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(api, "load_text", slow_load_text)
+    monkeypatch.setattr(admission, "load_text", slow_load_text)
 
     async def scenario() -> tuple[queue_pb2.ApplyResponse, int]:
         ticks = 0
@@ -102,23 +103,64 @@ def test_the_manifest_is_read_in_a_worker_thread(monkeypatch: pytest.MonkeyPatch
     "a: " + "[" * 200_000 + "]" * 200_000,
     "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c}]\n  priorityClassName: nope\n",
 ], ids=["no apiVersion", "duplicate", "deep JSON", "deep YAML", "unknown PriorityClass"])
-def test_refusals_are_what_they_were(manifest: str) -> None:
-    """INVALID_ARGUMENT with the reader's (or admission's) own message, nothing published."""
+def test_refusals_are_what_they_were(manifest: str, worker_process: admission.Admission) -> None:
+    """INVALID_ARGUMENT with the reader's (or admission's) own message, nothing published; the
+    same read in the worker process."""
     with pytest.raises(ManifestError) as direct:
         m = load_text(manifest, "m.yaml")
         load.admit_all(m, [])
-    s = servicer()
-    with pytest.raises(Aborted) as e:
-        apply(s, manifest)
-    assert (e.value.code, e.value.details) == (grpc.StatusCode.INVALID_ARGUMENT, str(direct.value))
-    assert s.qm.producer.sent == []
+    for s in (servicer(), servicer(worker_min_chars=0)):
+        if s.qm.admission.worker_min_chars == 0:
+            s.qm.admission = worker_process
+        with pytest.raises(Aborted) as e:
+            apply(s, manifest)
+        assert (e.value.code, e.value.details) == (grpc.StatusCode.INVALID_ARGUMENT, str(direct.value))
+        assert s.qm.producer.sent == []
+
+
+@pytest.fixture(scope="module")
+def worker_process():
+    """One admission worker process for the tests that read in it (each start imports the loader)."""
+    a = admission.Admission(worker_min_chars=0)
+    yield a
+    a.stop()
+
+
+def test_a_large_manifest_is_read_in_the_worker_process_as_it_is_here(worker_process: admission.Admission) -> None:
+    manifest = "---\n".join(POD.format(name=f"p{i}") for i in range(400)) + (
+        "---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n")
+    assert len(manifest) >= admission.WORKER_MIN_CHARS // 2
+    here = admission.admit_manifest(manifest, "m.yaml", False, [])
+    there = asyncio.run(worker_process.admit(manifest, "m.yaml", False, []))
+    assert len(there[0].pods) == 400 and there[1] == here[1]
+    encoded = [[convert.pod_to_proto(p).SerializeToString(deterministic=True) for p in m.pods] for m, _ in (here, there)]
+    assert encoded[0] == encoded[1]  # (pods compare by identity)
+    assert there[0].pods[0].tolerations == here[0].pods[0].tolerations != []  # admitted there
+    assert there[0].priority_classes == here[0].priority_classes
+    s = servicer(worker_min_chars=0)
+    s.qm.admission = worker_process
+    assert len(apply(s, manifest).applied) == 401 and len(published_pods(s)) == 400
+
+
+def test_a_dead_worker_process_is_replaced_and_the_manifest_read_here() -> None:
+    a = admission.Admission(worker_min_chars=0)
+    try:
+        a.start()
+        (pid,) = a._worker()._processes  # the one worker, started
+        __import__("os").kill(pid, __import__("signal").SIGKILL)
+        m, _ = asyncio.run(a.admit(POD.format(name="p"), "m.yaml", False, []))
+        assert [p.name for p in m.pods] == ["p"]
+        m, _ = asyncio.run(a.admit(POD.format(name="q"), "m.yaml", False, []))  # a new worker
+        assert [p.name for p in m.pods] == ["q"]
+    finally:
+        a.stop()
 
 
 def test_other_errors_still_propagate(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*args, **kwargs):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(api, "load_text", broken)
+    monkeypatch.setattr(admission, "load_text", broken)
     with pytest.raises(RuntimeError, match="a bug"):
         apply(servicer(), POD.format(name="p"))
 
@@ -161,3 +203,31 @@ def test_a_valid_manifest_has_no_warning() -> None:
     resp = apply(servicer(), POD.format(name="web-0"))
     assert list(resp.applied) == ["pod/default/web-0 created"] and list(resp.warnings) == []
 
+
+
+def test_the_worker_process_ends_with_a_killed_queue_manager(tmp_path) -> None:
+    """SIGKILL leaves no reader behind: the worker sees its parent gone and exits."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    owner = subprocess.Popen([sys.executable, "-c", (
+        "import time\nfrom schedmesh.mesh.scheduler.admission import Admission\n"
+        "a = Admission(worker_min_chars=0)\na.start()\n"
+        "while not a._worker()._processes: time.sleep(0.05)\n"
+        "print(*a._worker()._processes, flush=True)\ntime.sleep(60)\n")], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        worker = int(owner.stdout.readline())
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(10)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                os.kill(worker, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("the admission worker outlived its killed parent by 10 s")
+    finally:
+        owner.kill()

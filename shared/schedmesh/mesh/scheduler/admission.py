@@ -1,0 +1,94 @@
+"""Reading and admitting an applied manifest (the API server's decoding and the admission that
+needs no live pod: Priority, DefaultTolerationSeconds), in a worker process for large manifests.
+
+The queue-manager's scheduling loop shares one interpreter lock with its API: reading a
+500-pod manifest in a thread of that process took the lock from the loop for as long as it
+took (a seventh of the queue-manager's CPU with all pods applied at once). A worker process
+reads it beside the loop; the objects come back pickled (a tenth of the cost of reading them).
+Small manifests (`--rate`'s 10-pod Applies) are read in a thread: a process round trip would
+cost more than it frees."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from concurrent.futures.process import BrokenProcessPool
+from typing import Iterable, Optional
+
+from schedmesh.api.load import Manifests, admit_all, api_server_name_warnings, load_text
+from schedmesh.api.types import PriorityClass
+from schedmesh.eviction.taint_eviction import default_toleration_seconds
+
+log = logging.getLogger("schedmesh.queue_manager")
+
+# Manifests at least this long (characters) are read in the worker process: about 60 pods.
+WORKER_MIN_CHARS = 32 * 1024
+
+
+def admit_manifest(text: str, source: str, strict_names: bool,
+                   classes: Iterable[PriorityClass]) -> tuple[Manifests, list[str]]:
+    """The objects of a manifest, admitted, and the warnings about their names; ManifestError or
+    AdmissionError when it cannot be applied. `classes`: the PriorityClasses that exist."""
+    m = load_text(text, source, strict_names=strict_names)
+    warnings = [] if strict_names else api_server_name_warnings(m)
+    admit_all(m, classes)
+    for p in m.pods:  # kube-apiserver's DefaultTolerationSeconds admission (not-ready, unreachable: 300 s)
+        p.tolerations = default_toleration_seconds(p.tolerations)
+    return m, warnings
+
+
+def _exit_with(parent: int) -> None:
+    """The worker's initializer: it ends when the queue-manager does, killed or not (a worker
+    blocked on its call queue outlives a killed parent, and a restarted queue-manager starts its own)."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+class Admission:
+    """admit_manifest off the event loop: in a thread, or for a large manifest in one worker
+    process (started on first use; started again if it dies, that manifest then read here)."""
+
+    def __init__(self, worker_min_chars: int = WORKER_MIN_CHARS) -> None:
+        self.worker_min_chars = worker_min_chars
+        self._pool: Optional[concurrent.futures.ProcessPoolExecutor] = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the worker now (it imports the loader: about a second), not on the first large Apply."""
+        self._worker().submit(int, 0)
+
+    def _worker(self) -> concurrent.futures.ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                # spawn: forking a process with gRPC's and Kafka's threads running is unsafe
+                self._pool = concurrent.futures.ProcessPoolExecutor(
+                    1, mp_context=multiprocessing.get_context("spawn"), initializer=_exit_with, initargs=(os.getpid(),))
+            return self._pool
+
+    async def admit(self, text: str, source: str, strict_names: bool,
+                    classes: list[PriorityClass]) -> tuple[Manifests, list[str]]:
+        if len(text) < self.worker_min_chars:
+            return await asyncio.to_thread(admit_manifest, text, source, strict_names, classes)
+        pool = self._worker()
+        try:
+            return await asyncio.wrap_future(pool.submit(admit_manifest, text, source, strict_names, classes))
+        except BrokenProcessPool:
+            log.warning("the admission worker process died; reading this manifest (%d characters) here", len(text))
+            with self._lock:
+                if self._pool is pool:
+                    self._pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
+            return await asyncio.to_thread(admit_manifest, text, source, strict_names, classes)
+
+    def stop(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
