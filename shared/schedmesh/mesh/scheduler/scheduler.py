@@ -11,7 +11,9 @@ Threads and locks:
   * a pod Permit holds (Wait) stays assumed in the waiting-pods map, out of both threads, until
     its plugins allow it (then it joins the binding queue) or it is rejected or times out;
   * the binding cycle is one more thread: it sends the bindings decided meanwhile to the
-    binder in one batch (BindBatch) and never blocks the next pod.
+    binder in one batch (BindBatch) and never blocks the next pod;
+  * a large applied manifest is read and admitted in a worker process (admission.py), so
+    reading it does not take the interpreter lock from the loop.
 Lock order: cache.lock before the queue's lock (the cache listener calls the queue under
 cache.lock); nothing takes cache.lock while holding the queue's lock."""
 from __future__ import annotations
