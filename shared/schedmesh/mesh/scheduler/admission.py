@@ -1,12 +1,13 @@
 """Reading and admitting an applied manifest (the API server's decoding and the admission that
-needs no live pod: Priority, DefaultTolerationSeconds), in a worker process for large manifests.
+needs no live pod: Priority, DefaultTolerationSeconds), and encoding the records to publish, in
+a worker process for large manifests.
 
 The queue-manager's scheduling loop shares one interpreter lock with its API: reading a
 500-pod manifest in a thread of that process took the lock from the loop for as long as it
-took (a seventh of the queue-manager's CPU with all pods applied at once). A worker process
-reads it beside the loop; the objects come back pickled (a tenth of the cost of reading them).
-Small manifests (`--rate`'s 10-pod Applies) are read in a thread: a process round trip would
-cost more than it frees."""
+took (a seventh of the queue-manager's CPU with all pods applied at once), and encoding its
+pods a tenth. A worker process does both beside the loop; objects cross pickled (a fifth of
+the cost of reading or encoding them). Small manifests (`--rate`'s 10-pod Applies) stay in this
+process: a round trip to the worker would cost more than it frees."""
 from __future__ import annotations
 
 import asyncio
@@ -22,11 +23,14 @@ from typing import Iterable, Optional
 from schedmesh.api.load import Manifests, admit_all, api_server_name_warnings, load_text
 from schedmesh.api.types import PriorityClass
 from schedmesh.eviction.taint_eviction import default_toleration_seconds
+from schedmesh.mesh import records
 
 log = logging.getLogger("schedmesh.queue_manager")
 
 # Manifests at least this long (characters) are read in the worker process: about 60 pods.
 WORKER_MIN_CHARS = 32 * 1024
+# Applies publishing at least this many pods and nodes are encoded in the worker process.
+WORKER_MIN_OBJECTS = 64
 
 
 def admit_manifest(text: str, source: str, strict_names: bool,
@@ -53,10 +57,12 @@ def _exit_with(parent: int) -> None:
 
 class Admission:
     """admit_manifest off the event loop: in a thread, or for a large manifest in one worker
-    process (started on first use; started again if it dies, that manifest then read here)."""
+    process (started on first use; started again if it dies, that manifest then read here);
+    records.manifest_records there too for a large Apply."""
 
-    def __init__(self, worker_min_chars: int = WORKER_MIN_CHARS) -> None:
+    def __init__(self, worker_min_chars: int = WORKER_MIN_CHARS, worker_min_objects: int = WORKER_MIN_OBJECTS) -> None:
         self.worker_min_chars = worker_min_chars
+        self.worker_min_objects = worker_min_objects
         self._pool: Optional[concurrent.futures.ProcessPoolExecutor] = None
         self._lock = threading.Lock()
 
@@ -76,16 +82,28 @@ class Admission:
                     classes: list[PriorityClass]) -> tuple[Manifests, list[str]]:
         if len(text) < self.worker_min_chars:
             return await asyncio.to_thread(admit_manifest, text, source, strict_names, classes)
+        return await self._in_worker(f"reading a manifest of {len(text)} characters",
+                                     admit_manifest, text, source, strict_names, classes)
+
+    async def records(self, m: Manifests, source: str) -> list[tuple[str, str, bytes]]:
+        """records.manifest_records(m, source): in the worker for many pods and nodes, else on the
+        caller's event loop (a few pods take less than handing them over)."""
+        if len(m.pods) + len(m.nodes) < self.worker_min_objects:
+            return records.manifest_records(m, source=source)
+        return await self._in_worker(f"encoding {len(m.pods)} pods and {len(m.nodes)} nodes",
+                                     records.manifest_records, m, source)
+
+    async def _in_worker(self, what: str, fn, *args):
         pool = self._worker()
         try:
-            return await asyncio.wrap_future(pool.submit(admit_manifest, text, source, strict_names, classes))
+            return await asyncio.wrap_future(pool.submit(fn, *args))
         except BrokenProcessPool:
-            log.warning("the admission worker process died; reading this manifest (%d characters) here", len(text))
+            log.warning("the admission worker process died; %s here", what)
             with self._lock:
                 if self._pool is pool:
                     self._pool = None
             pool.shutdown(wait=False, cancel_futures=True)
-            return await asyncio.to_thread(admit_manifest, text, source, strict_names, classes)
+            return await asyncio.to_thread(fn, *args)
 
     def stop(self) -> None:
         with self._lock:
