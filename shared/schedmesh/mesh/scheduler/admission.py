@@ -20,7 +20,7 @@ import time
 from concurrent.futures.process import BrokenProcessPool
 from typing import Iterable, Optional
 
-from schedmesh.api.load import Manifests, admit_all, api_server_name_warnings, load_text
+from schedmesh.api.load import ManifestError, Manifests, admit_all, api_server_name_warnings, load_text
 from schedmesh.api.types import PriorityClass
 from schedmesh.eviction.taint_eviction import default_toleration_seconds
 from schedmesh.mesh import records
@@ -57,8 +57,12 @@ def _exit_with(parent: int) -> None:
 
 class Admission:
     """admit_manifest off the event loop: in a thread, or for a large manifest in one worker
-    process (started on first use; started again if it dies, that manifest then read here);
-    records.manifest_records there too for a large Apply."""
+    process (started with the queue-manager, started again if it dies);
+    records.manifest_records there too for a large Apply.
+
+    A manifest whose reading kills the worker is read once more in a new worker (the first may
+    have died of something else), then refused: it is never read in the queue-manager itself,
+    so a manifest made to exhaust memory costs the worker, not the scheduler."""
 
     def __init__(self, worker_min_chars: int = WORKER_MIN_CHARS, worker_min_objects: int = WORKER_MIN_OBJECTS) -> None:
         self.worker_min_chars = worker_min_chars
@@ -82,28 +86,38 @@ class Admission:
                     classes: list[PriorityClass]) -> tuple[Manifests, list[str]]:
         if len(text) < self.worker_min_chars:
             return await asyncio.to_thread(admit_manifest, text, source, strict_names, classes)
-        return await self._in_worker(f"reading a manifest of {len(text)} characters",
-                                     admit_manifest, text, source, strict_names, classes)
+        for attempt in (1, 2):
+            try:
+                return await self._in_worker(admit_manifest, text, source, strict_names, classes)
+            except BrokenProcessPool:
+                log.warning("the admission worker process died reading %s (%d characters, attempt %d)",
+                            source, len(text), attempt)
+        raise ManifestError(source, "", "could not be read: the process reading it died twice "
+                                        "(a manifest too large for the memory it may use?); nothing was applied")
 
     async def records(self, m: Manifests, source: str) -> list[tuple[str, str, bytes]]:
         """records.manifest_records(m, source): in the worker for many pods and nodes, else on the
         caller's event loop (a few pods take less than handing them over)."""
         if len(m.pods) + len(m.nodes) < self.worker_min_objects:
             return records.manifest_records(m, source=source)
-        return await self._in_worker(f"encoding {len(m.pods)} pods and {len(m.nodes)} nodes",
-                                     records.manifest_records, m, source)
+        try:
+            return await self._in_worker(records.manifest_records, m, source)
+        except BrokenProcessPool:  # objects already read and admitted: safe to encode here
+            log.warning("the admission worker process died encoding %d pods and %d nodes; encoding them here",
+                        len(m.pods), len(m.nodes))
+            return await asyncio.to_thread(records.manifest_records, m, source)
 
-    async def _in_worker(self, what: str, fn, *args):
+    async def _in_worker(self, fn, *args):
+        """fn(*args) in the worker; BrokenProcessPool when it died (the next call starts another)."""
         pool = self._worker()
         try:
             return await asyncio.wrap_future(pool.submit(fn, *args))
         except BrokenProcessPool:
-            log.warning("the admission worker process died; %s here", what)
             with self._lock:
                 if self._pool is pool:
                     self._pool = None
             pool.shutdown(wait=False, cancel_futures=True)
-            return await asyncio.to_thread(fn, *args)
+            raise
 
     def stop(self) -> None:
         with self._lock:

@@ -144,15 +144,41 @@ def test_a_large_manifest_is_read_in_the_worker_process_as_it_is_here(worker_pro
     assert len(apply(s, manifest).applied) == 401 and len(published_pods(s)) == 400
 
 
-def test_a_dead_worker_process_is_replaced_and_the_manifest_read_here() -> None:
+def test_a_dead_worker_process_is_replaced() -> None:
     a = admission.Admission(worker_min_chars=0)
     try:
         a.start()
         (pid,) = a._worker()._processes  # the one worker, started
         __import__("os").kill(pid, __import__("signal").SIGKILL)
-        m, _ = asyncio.run(a.admit(POD.format(name="p"), "m.yaml", False, []))
+        m, _ = asyncio.run(a.admit(POD.format(name="p"), "m.yaml", False, []))  # read again in a new worker
         assert [p.name for p in m.pods] == ["p"]
-        m, _ = asyncio.run(a.admit(POD.format(name="q"), "m.yaml", False, []))  # a new worker
+        assert a._worker()._processes and pid not in a._worker()._processes
+    finally:
+        a.stop()
+
+
+def _die(*_args):
+    __import__("os")._exit(9)  # as a worker killed for its memory would
+
+
+def test_a_manifest_that_kills_the_worker_twice_is_refused_not_read_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never read in the queue-manager itself: refused with a clear error, and the next manifest
+    is read in a new worker."""
+    a = admission.Admission(worker_min_chars=0)
+    read_here = []
+    monkeypatch.setattr(admission, "admit_manifest", lambda *args: read_here.append(args))
+    real_in_worker = a._in_worker
+
+    async def poisoned(fn, *args):
+        return await real_in_worker(_die, *args)
+    try:
+        a._in_worker = poisoned  # type: ignore[method-assign]
+        with pytest.raises(ManifestError, match=r"^huge.yaml: could not be read: the process reading it died twice"):
+            asyncio.run(a.admit(POD.format(name="p"), "huge.yaml", False, []))
+        assert read_here == []
+        a._in_worker = real_in_worker  # type: ignore[method-assign]
+        monkeypatch.undo()
+        m, _ = asyncio.run(a.admit(POD.format(name="q"), "m.yaml", False, []))
         assert [p.name for p in m.pods] == ["q"]
     finally:
         a.stop()
