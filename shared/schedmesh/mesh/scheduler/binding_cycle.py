@@ -240,8 +240,9 @@ class BindingCycle:
         node: the binder answers a binding it already made with success)."""
         req = binder_pb2.BindBatchRequest(client_id=self.cfg.client_id, offsets=self.cache.view_offsets())
         for a in ready:
-            req.binds.add(pod=convert.pod_to_proto(a.pod), node_name=a.node, client_id=self.cfg.client_id,
-                          traceparent=a.traceparent)
+            # with shards the pod was encoded for their views already (AssumedPod.proto)
+            req.binds.add(pod=a.proto if a.proto is not None else convert.pod_to_proto(a.pod), node_name=a.node,
+                          client_id=self.cfg.client_id, traceparent=a.traceparent)
         try:
             results = self.binder.BindBatch(req, timeout=self.cfg.bind_timeout).results
             # The bindings the binder published: read at the follower's pace (the assumed pods
