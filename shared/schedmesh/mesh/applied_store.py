@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 
 from schedmesh.bus.topics import (NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES, PDBS as TOPIC_PDBS,
                                   PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES)
+from schedmesh.mesh.records import BATCH_KEY_PREFIX
 from schedmesh.v1 import events_pb2
 
 log = logging.getLogger("schedmesh.applied_store")
@@ -36,9 +37,6 @@ JOURNAL = "applied.jsonl"
 # first: namespaces, classes, budgets, nodes).
 STORED_TOPICS = (TOPIC_NAMESPACES, TOPIC_PRIORITY_CLASSES, TOPIC_PDBS, TOPIC_NODES, TOPIC_PODS)
 Record = tuple[str, str, bytes]
-
-
-BATCH_KEY_PREFIX = "batch/"  # the key of a batch record of pods or nodes (schedmesh.mesh.records)
 
 
 def _deleted(topic: str, value: bytes) -> bool:

@@ -32,6 +32,9 @@ BATCH_RECORD_BYTES = 256 * 1024
 #: A record's encoded size at most (aiokafka's max_request_size, 1 MiB, less a request's overhead).
 MAX_RECORD_BYTES = 1_000_000
 
+#: The key of a batch record of pods or nodes: this prefix and its publisher.
+BATCH_KEY_PREFIX = "batch/"
+
 
 def describe(topic: str, value: bytes) -> tuple[str, int]:
     """What a record carries ("pod default/web-0", "node n1", else the topic) and its size."""
@@ -73,7 +76,7 @@ def node_batch_records(nodes: Iterable[Node], source: str = "") -> list[tuple[st
     of one record each (an agent registering 5,000 applied nodes one record at a time kept every
     cache rebuilding its node columns)."""
     def wrap(run: list[events_pb2.NodeRecord]) -> tuple[str, str, bytes]:
-        return TOPIC_NODES, f"batch/{source}", events_pb2.NodeRecord(batch=run, source=source).SerializeToString()
+        return TOPIC_NODES, f"{BATCH_KEY_PREFIX}{source}", events_pb2.NodeRecord(batch=run, source=source).SerializeToString()
     return in_batches((events_pb2.NodeRecord(node=convert.node_to_proto(n), source=source) for n in nodes), wrap)
 
 
@@ -139,7 +142,7 @@ def pod_message(pod: Pod, deleted: bool = False, source: str = "") -> events_pb2
 def pod_batch_record(items: Sequence[events_pb2.PodRecord], source: str = "") -> tuple[str, str, bytes]:
     if len(items) == 1:
         return TOPIC_PODS, items[0].pod.metadata.uid or items[0].update.uid, items[0].SerializeToString()
-    return TOPIC_PODS, f"batch/{source}", events_pb2.PodRecord(batch=items, source=source).SerializeToString()
+    return TOPIC_PODS, f"{BATCH_KEY_PREFIX}{source}", events_pb2.PodRecord(batch=items, source=source).SerializeToString()
 
 
 def pod_batch_records(items: Iterable[events_pb2.PodRecord], source: str = "") -> list[tuple[str, str, bytes]]:

@@ -95,7 +95,7 @@ class Admission:
         raise ManifestError(source, "", "could not be read: the process reading it died twice "
                                         "(a manifest too large for the memory it may use?); nothing was applied")
 
-    async def records(self, m: Manifests, source: str) -> list[tuple[str, str, bytes]]:
+    async def encode(self, m: Manifests, source: str) -> list[tuple[str, str, bytes]]:
         """records.manifest_records(m, source): in the worker for many pods and nodes, else on the
         caller's event loop (a few pods take less than handing them over)."""
         if len(m.pods) + len(m.nodes) < self.worker_min_objects:

@@ -108,7 +108,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                     # to the smallest node name), where the recording saw them started in order.
                     p.start_time = p.meta.creation_timestamp
             p.meta.resource_version = qm.next_resource_version()
-        recs = await qm.admission.records(plan.publish, qm.cfg.client_id)
+        recs = await qm.admission.encode(plan.publish, qm.cfg.client_id)
         too_large = [records.describe(t, v) for t, _k, v in recs if len(v) > records.MAX_RECORD_BYTES]
         if too_large:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "\n".join(

@@ -138,7 +138,7 @@ def test_a_large_manifest_is_read_in_the_worker_process_as_it_is_here(worker_pro
     assert there[0].pods[0].tolerations == here[0].pods[0].tolerations != []  # admitted there
     assert there[0].priority_classes == here[0].priority_classes
     # the records of a large Apply are encoded there too, byte for byte as here
-    assert asyncio.run(worker_process.records(here[0], "qm")) == records.manifest_records(here[0], source="qm")
+    assert asyncio.run(worker_process.encode(here[0], "qm")) == records.manifest_records(here[0], source="qm")
     s = servicer(worker_min_chars=0)
     s.qm.admission = worker_process
     assert len(apply(s, manifest).applied) == 401 and len(published_pods(s)) == 400
