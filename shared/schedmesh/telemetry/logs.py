@@ -33,7 +33,6 @@ Verbosity, from the environment:
 """
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import json
@@ -41,9 +40,9 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, TextIO, TypeVar
+from typing import Any, Callable, Optional, TextIO, TypeVar
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 _LETTERS = {logging.DEBUG: "I", logging.INFO: "I", logging.WARNING: "W", logging.ERROR: "E", logging.CRITICAL: "F"}
@@ -73,31 +72,56 @@ def v_of(levelno: int) -> int:
     return min(_DEBUG_V + (logging.DEBUG - levelno), _MAX_V)
 
 
-@dataclass(frozen=True, slots=True)
 class _PodContext:
-    pod: str
-    span: Optional[trace.Span]
+    """The pod of a pod_context (its key made only when a line is logged) and its span."""
+    __slots__ = ("_pod", "_key", "span")
+
+    def __init__(self, pod: Any, span: Optional[trace.Span]) -> None:
+        self._pod, self._key, self.span = pod, None, span
+
+    @property
+    def pod(self) -> str:
+        if self._key is None:
+            self._key = pod_key(self._pod)
+        return self._key
 
 
 _POD_CONTEXT: contextvars.ContextVar[Optional[_PodContext]] = contextvars.ContextVar(
     "schedmesh_pod_context", default=None)
 
 
-@contextlib.contextmanager
-def pod_context(pod: Any, span: Optional[trace.Span] = None) -> Iterator[None]:
+class pod_context:  # noqa: N801 - used as a function: `with pod_context(pod, span):`
     """Every record logged inside (this thread or task) carries ``pod``; with ``span``, the
-    span is made current too (``trace.use_span(span, end_on_exit=False)``: re-entering an
+    span is made current too (as ``trace.use_span(span, end_on_exit=False)``: re-entering an
     attempt's root span in another thread, or after it ended), so the records carry its
-    trace, and spans started inside are its children."""
-    token = _POD_CONTEXT.set(_PodContext(pod_key(pod), span))
-    try:
-        if span is None:
-            yield
-        else:
-            with trace.use_span(span, end_on_exit=False):
-                yield
-    finally:
-        _POD_CONTEXT.reset(token)
+    trace, and spans started inside are its children; an exception leaving it is recorded on
+    the span as use_span records it.
+
+    A class, not a generator: the queue-manager enters one about four times per pod
+    (the attempt, and three steps of its binding), where contextlib's and use_span's
+    generators cost more than the rest of those steps' bookkeeping."""
+    __slots__ = ("_ctx", "_token", "_span_token")
+
+    def __init__(self, pod: Any, span: Optional[trace.Span] = None) -> None:
+        self._ctx = _PodContext(pod, span)
+
+    def __enter__(self) -> None:
+        self._token = _POD_CONTEXT.set(self._ctx)
+        span = self._ctx.span
+        self._span_token = None if span is None else otel_context.attach(trace.set_span_in_context(span))
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if self._span_token is not None:
+                otel_context.detach(self._span_token)
+                span = self._ctx.span
+                # use_span's handling: Exceptions only (not GeneratorExit and the like)
+                if isinstance(exc, Exception) and isinstance(span, trace.Span) and span.is_recording():
+                    span.record_exception(exc)
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        finally:
+            _POD_CONTEXT.reset(self._token)
+        return False
 
 
 def in_pod_context(pod: Any, span: Optional[trace.Span], fn: Callable[..., _T]) -> Callable[..., _T]:

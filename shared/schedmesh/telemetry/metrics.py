@@ -198,17 +198,30 @@ def status_label(status: Any) -> str:
     return str(code)
 
 
+_CHILDREN: dict[tuple, Any] = {}
+
+
+def _child(metric, *values: str):
+    """metric.labels(*values), kept: labels() takes a lock and checks its values on every call,
+    and the queue-manager observes several labelled series per pod (a dict lookup here)."""
+    key = (id(metric), values)
+    child = _CHILDREN.get(key)
+    if child is None:
+        child = _CHILDREN[key] = metric.labels(*values)
+    return child
+
+
 def observe_attempt(result: str, profile: str, seconds: float) -> None:
     """One scheduling attempt ended (scheduling algorithm + binding) with ``result``
     (SCHEDULED, UNSCHEDULABLE or ERROR) for the pod's ``profile`` (its schedulerName)."""
-    SCHEDULE_ATTEMPTS.labels(result, profile).inc()
-    SCHEDULING_ATTEMPT_DURATION.labels(result, profile).observe(seconds)
+    _child(SCHEDULE_ATTEMPTS, result, profile).inc()
+    _child(SCHEDULING_ATTEMPT_DURATION, result, profile).observe(seconds)
 
 
 def observe_pod_scheduled(attempts: int, seconds: float) -> None:
     """A pod was bound after ``attempts`` attempts, ``seconds`` after it first entered the
     scheduling queue (kube's SLI: records both pod_scheduling_* metrics)."""
-    POD_SCHEDULING_SLI_DURATION.labels(str(attempts)).observe(seconds)
+    _child(POD_SCHEDULING_SLI_DURATION, str(attempts)).observe(seconds)
     POD_SCHEDULING_ATTEMPTS.observe(attempts)
 
 
@@ -218,29 +231,29 @@ def set_pending_pods(*, active: Optional[int] = None, backoff: Optional[int] = N
     for queue, count in (("active", active), ("backoff", backoff),
                          ("unschedulable", unschedulable), ("gated", gated)):
         if count is not None:
-            PENDING_PODS.labels(queue).set(count)
+            _child(PENDING_PODS, queue).set(count)
 
 
 def add_pending_pods(queue: str, delta: int) -> None:
     """A pod entered (+1) or left (-1) ``queue`` (active, backoff, unschedulable, gated)."""
-    PENDING_PODS.labels(queue).inc(delta)
+    _child(PENDING_PODS, queue).inc(delta)
 
 
 def observe_incoming_pod(queue: str, event: str) -> None:
     """A pod was added to ``queue`` because of ``event`` (kube's event label, e.g. "PodAdd",
     "ScheduleAttemptFailure", "BackoffComplete", "NodeAdd")."""
-    QUEUE_INCOMING_PODS.labels(queue, event).inc()
+    _child(QUEUE_INCOMING_PODS, queue, event).inc()
 
 
 def observe_extension_point(extension_point: str, status: Any, profile: str, seconds: float) -> None:
     """All plugins of one extension point ran for ``seconds``; ``status`` as status_label."""
-    FRAMEWORK_EXTENSION_POINT_DURATION.labels(extension_point, status_label(status), profile).observe(seconds)
+    _child(FRAMEWORK_EXTENSION_POINT_DURATION, extension_point, status_label(status), profile).observe(seconds)
 
 
 def observe_plugin(plugin: str, extension_point: str, status: Any, seconds: float) -> None:
     """One plugin ran at one extension point for ``seconds``. (kube samples this one: it records
     10 % of scheduling cycles, those whose CycleState.record_plugin_metrics is set.)"""
-    PLUGIN_EXECUTION_DURATION.labels(plugin, extension_point, status_label(status)).observe(seconds)
+    _child(PLUGIN_EXECUTION_DURATION, plugin, extension_point, status_label(status)).observe(seconds)
 
 
 def observe_preemption(victims: Optional[int]) -> None:
@@ -253,7 +266,7 @@ def observe_preemption(victims: Optional[int]) -> None:
 
 def observe_shard_request(shard: str | int, method: str, seconds: float) -> None:
     """One Filter/Score request to ``shard`` (its index or address) took ``seconds``."""
-    SHARD_REQUEST_DURATION.labels(str(shard), method).observe(seconds)
+    _child(SHARD_REQUEST_DURATION, str(shard), method).observe(seconds)
 
 
 @contextlib.contextmanager
@@ -268,7 +281,7 @@ def time_shard_request(shard: str | int, method: str) -> Iterator[None]:
 
 def observe_batch(stage: str, size: int) -> None:
     """``size`` items went through ``stage`` together (e.g. "bind", "publish", "apply")."""
-    BATCH_SIZE.labels(stage).observe(size)
+    _child(BATCH_SIZE, stage).observe(size)
 
 
 # The binder's refusals that name a pod or a node, by their kind: a label value must not carry
@@ -308,7 +321,7 @@ def observe_fetch_gap(topic: str) -> None:
 
 def observe_records_applied(topic: str, count: int = 1) -> None:
     """``count`` records of ``topic`` were applied to a cluster cache."""
-    RECORDS_APPLIED.labels(topic).inc(count)
+    _child(RECORDS_APPLIED, topic).inc(count)
 
 
 def set_consumer_lag(consumer: str, topic: str, lag: int) -> None:

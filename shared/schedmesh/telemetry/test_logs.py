@@ -10,6 +10,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from schedmesh.api.types import ObjectMeta, Pod
@@ -229,3 +230,24 @@ def test_pod_context_without_a_span_and_across_threads() -> None:
     assert lines["in the pool 2"]["pod"] == "default/b"
     assert lines["in the pool 2"]["trace_id"] == f"{span.get_span_context().trace_id:032x}"
     assert seen[0] != threading.current_thread().name
+
+
+def test_pod_context_records_an_escaping_exception_on_its_span_as_use_span_does() -> None:
+    tracer = TracerProvider().get_tracer("t")
+    root = tracer.start_span("schedule_pod")
+    with pytest.raises(ValueError):
+        with pod_context(_pod(), root):
+            with pod_context("default/inner"):  # nested: the inner one ends, the outer one is back
+                assert current_pod() == "default/inner"
+            assert current_pod() == "default/web-1"
+            raise ValueError("no fit")
+    assert current_pod() == "" and not trace.get_current_span().get_span_context().is_valid
+    root.end()
+    assert root.status.status_code is trace.StatusCode.ERROR and root.status.description == "ValueError: no fit"
+    assert [e.name for e in root.events] == ["exception"]
+    # a span that was not made current by this context keeps its status when nothing escapes
+    other = tracer.start_span("bind")
+    with pod_context(_pod(), other):
+        pass
+    other.end()
+    assert other.status.status_code is trace.StatusCode.UNSET and not other.events

@@ -99,6 +99,20 @@ def test_attempt_and_sli_helpers() -> None:
     assert _value("scheduler_pod_scheduling_attempts_sum") == attempts + 3
 
 
+def test_helpers_keep_each_series_child_and_keep_series_apart() -> None:
+    """The helpers keep the labelled children they observe into (_child): a kept child is the
+    registry's own series, and other label values get series of their own."""
+    a = _value("scheduler_schedule_attempts_total", result="scheduled", profile="p-kept")
+    b = _value("scheduler_schedule_attempts_total", result="error", profile="p-kept")
+    for _ in range(3):
+        metrics.observe_attempt(metrics.SCHEDULED, "p-kept", 0.001)
+    metrics.observe_attempt(metrics.ERROR, "p-kept", 0.001)
+    assert _value("scheduler_schedule_attempts_total", result="scheduled", profile="p-kept") == a + 3
+    assert _value("scheduler_schedule_attempts_total", result="error", profile="p-kept") == b + 1
+    assert metrics._child(metrics.SCHEDULE_ATTEMPTS, "scheduled", "p-kept") is \
+        metrics.SCHEDULE_ATTEMPTS.labels("scheduled", "p-kept")
+
+
 def test_queue_helpers() -> None:
     metrics.set_pending_pods(active=4, backoff=2, unschedulable=1, gated=0)
     metrics.add_pending_pods("active", -1)
