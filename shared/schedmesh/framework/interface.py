@@ -274,6 +274,10 @@ class Plugin:
 
 
 class QueueSortPlugin(Plugin):
+    # Optional: a function of a queued pod info whose keys compare as `less` does (less(a, b)
+    # exactly when sort_key(a) < sort_key(b)); the activeQ then compares keys (queue/heap.py).
+    sort_key: Optional[Callable[[Any], Any]] = None
+
     def less(self, a: Any, b: Any) -> bool:
         """a and b are queued pod infos (with .pod and .timestamp)."""
         raise NotImplementedError

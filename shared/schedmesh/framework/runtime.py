@@ -211,6 +211,17 @@ class Framework(Handle):
     def queue_sort_less(self) -> Callable:
         return self.points["queueSort"][0].less
 
+    def queue_sort_key(self) -> Optional[Callable]:
+        """The QueueSort plugin's sort_key, when it has one (see QueueSortPlugin) and the class
+        that defines its less defines it too (a subclass that changes less alone keeps less)."""
+        plugin = self.points["queueSort"][0]
+        key = getattr(plugin, "sort_key", None)
+        if key is None:
+            return None
+        mro = type(plugin).__mro__
+        owner = {name: next((c for c in mro if name in c.__dict__), None) for name in ("less", "sort_key")}
+        return key if owner["less"] is owner["sort_key"] else None
+
     def enqueue_extensions(self) -> list[tuple[str, EnqueueExtensions]]:
         return [(n, p) for n, p in self.plugins.items() if isinstance(p, EnqueueExtensions)]
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Optional, Union
 
 from schedmesh.api.types import Pod
 from schedmesh.framework.events import ClusterEvent
-from schedmesh.queue.heap import Heap
+from schedmesh.queue.heap import Heap, SortKeyFn
 from schedmesh.queue.queued_pod_info import QueuedPodInfo
 
 log = logging.getLogger("schedmesh.queue")
@@ -83,8 +83,8 @@ class _LinkedList:
 class ActiveQueue:
     """Not locked itself: the PriorityQueue serialises all access."""
 
-    def __init__(self, less: LessFn) -> None:
-        self.heap = Heap[QueuedPodInfo](lambda p: p.key, less)
+    def __init__(self, less: LessFn, sort_key: Optional[SortKeyFn] = None) -> None:
+        self.heap = Heap[QueuedPodInfo](lambda p: p.key, less, sort_key)
         self._in_flight_pods: dict[str, _Node] = {}  # uid -> its entry in _in_flight_events
         self._in_flight_events = _LinkedList()
         self.sched_cycle = 0

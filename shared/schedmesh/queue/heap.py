@@ -3,27 +3,38 @@
 Items are found by key (namespace/name for pods) and ordered by a less function. The sift
 operations are exactly Go's `up`/`down`/`Fix`/`Remove`, so items that compare equal come out in
 the same order as in kube-scheduler.
+
+A less function that is a comparison of keys (`less(a, b)` exactly when `sort_key(a) <
+sort_key(b)`, as PrioritySort's is) may come with that `sort_key`: the heap then keeps each
+item's key beside it and compares keys, the same comparisons in the same places (so the same
+order), without a Python call per comparison: a pop from an activeQ of thousands of pods made
+about two dozen such calls.
 """
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, Optional, TypeVar
+from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
 
 T = TypeVar("T")
 KeyFn = Callable[[T], str]
 LessFn = Callable[[T, T], bool]
+SortKeyFn = Callable[[T], Any]
 
 
 class Heap(Generic[T]):
-    __slots__ = ("_key", "_less", "_queue", "_items")
+    __slots__ = ("_key", "_less", "_sort_key", "_queue", "_sort_keys", "_items")
 
-    def __init__(self, key_fn: KeyFn, less_fn: LessFn) -> None:
+    def __init__(self, key_fn: KeyFn, less_fn: LessFn, sort_key: Optional[SortKeyFn] = None) -> None:
         self._key = key_fn
         self._less = less_fn
+        self._sort_key = sort_key
         self._queue: list[str] = []  # keys in heap order
+        self._sort_keys: list = []  # with sort_key: each item's sort key, in heap order
         self._items: dict[str, list] = {}  # key -> [obj, index in _queue]
 
     # ---- the heap invariant (Go's container/heap) ------------------------------------------
     def _lt(self, i: int, j: int) -> bool:
+        if self._sort_key is not None:
+            return self._sort_keys[i] < self._sort_keys[j]
         return self._less(self._items[self._queue[i]][0], self._items[self._queue[j]][0])
 
     def _swap(self, i: int, j: int) -> None:
@@ -31,6 +42,9 @@ class Heap(Generic[T]):
         q[i], q[j] = q[j], q[i]
         self._items[q[i]][1] = i
         self._items[q[j]][1] = j
+        if self._sort_key is not None:
+            k = self._sort_keys
+            k[i], k[j] = k[j], k[i]
 
     def _up(self, j: int) -> None:
         while j > 0:
@@ -58,6 +72,8 @@ class Heap(Generic[T]):
 
     def _pop_last(self) -> T:
         key = self._queue.pop()
+        if self._sort_key is not None:
+            self._sort_keys.pop()
         return self._items.pop(key)[0]
 
     # ---- public API ------------------------------------------------------------------------
@@ -71,11 +87,15 @@ class Heap(Generic[T]):
         if item is not None:
             item[0] = obj
             idx = item[1]
+            if self._sort_key is not None:
+                self._sort_keys[idx] = self._sort_key(obj)
             if not self._down(idx, len(self._queue)):  # heap.Fix
                 self._up(idx)
             return
         self._items[key] = [obj, len(self._queue)]
         self._queue.append(key)
+        if self._sort_key is not None:
+            self._sort_keys.append(self._sort_key(obj))
         self._up(len(self._queue) - 1)
 
     def delete(self, obj: T) -> bool:

@@ -156,7 +156,7 @@ def _lookup(pod: Pod) -> QueuedPodInfo:
 class PriorityQueue(RuntimeNominator):
     """kube-scheduler's PriorityQueue. Thread-safe; `pop()` is a coroutine, `try_pop()` never blocks."""
 
-    def __init__(self, less: LessFn, *,
+    def __init__(self, less: LessFn, *, sort_key: Optional[Callable[[QueuedPodInfo], Any]] = None,
                  pre_enqueue_plugins: Optional[Mapping[str, Sequence[PreEnqueuePlugin]]] = None,
                  queueing_hints: Optional[Mapping[str, QueueingHintMap]] = None,
                  clock: Optional[Clock] = None,
@@ -187,7 +187,7 @@ class PriorityQueue(RuntimeNominator):
 
         self._lock = threading.RLock()
         self._waiters = _Waiters()
-        self._active = ActiveQueue(less)
+        self._active = ActiveQueue(less, sort_key)
         self._backoff = BackoffQueue(self.clock, pod_initial_backoff_seconds, pod_max_backoff_seconds, less,
                                      pop_from_backoff_q)
         self._unschedulable = UnschedulablePods()
@@ -201,7 +201,7 @@ class PriorityQueue(RuntimeNominator):
         if not frameworks:
             raise ValueError("at least one profile is required")
         first = next(iter(frameworks.values()))
-        return cls(first.queue_sort_less(),
+        return cls(first.queue_sort_less(), sort_key=first.queue_sort_key(),
                    pre_enqueue_plugins={name: list(fw.points["preEnqueue"]) for name, fw in frameworks.items()},
                    queueing_hints={name: build_queueing_hint_map(fw) for name, fw in frameworks.items()},
                    **kwargs)

@@ -78,3 +78,50 @@ def test_ties_pop_in_go_container_heap_order():
     for k in "abcde":
         h.add_or_update((k, 0))
     assert [k for k, _ in _drain(h)] == ["a", "e", "d", "c", "b"]
+
+
+def test_sort_keys_give_the_same_order_as_less_ties_included():
+    """PrioritySort's sort_key in place of its less: the same heap array after every operation
+    (the same comparisons in the same places), so ties come out in Go's order too."""
+    from types import SimpleNamespace
+
+    from schedmesh.plugins.queue_sort.plugin import PrioritySort
+
+    plugin = PrioritySort()
+    by_less = Heap(lambda q: q.key, plugin.less)
+    by_key = Heap(lambda q: q.key, plugin.less, plugin.sort_key)
+    rng = random.Random(7)
+    names = [f"p{i}" for i in range(40)]
+    popped_less, popped_key = [], []
+    for step in range(3000):
+        op = rng.random()
+        if op < 0.55:  # add or update: few priorities and timestamps, so ties are common
+            name = rng.choice(names)
+            q = SimpleNamespace(key=name, pod=SimpleNamespace(priority=rng.choice([None, 0, 5, 10])),
+                                timestamp=float(rng.randrange(4)))
+            by_less.add_or_update(q)
+            by_key.add_or_update(q)
+        elif op < 0.75:
+            name = rng.choice(names)
+            assert by_less.delete_by_key(name) == by_key.delete_by_key(name)
+        else:
+            a, b = by_less.pop(), by_key.pop()
+            assert a is b, step
+            popped_less.append(a)
+            popped_key.append(b)
+        assert [q.key for q in by_less.list()] == [q.key for q in by_key.list()], step
+    assert popped_less == popped_key and len(popped_less) > 500
+
+
+def test_the_framework_offers_a_sort_key_only_with_the_less_it_matches():
+    from schedmesh.framework.runtime import Framework
+    from schedmesh.plugins.queue_sort.plugin import PrioritySort
+
+    class Reversed(PrioritySort):  # changes less alone: its inherited sort_key no longer matches
+        def less(self, a, b):
+            return super().less(b, a)
+
+    for plugin, has_key in ((PrioritySort(), True), (Reversed(), False)):
+        fw = Framework.__new__(Framework)
+        fw.points = {"queueSort": [plugin]}
+        assert (fw.queue_sort_key() is not None) == has_key

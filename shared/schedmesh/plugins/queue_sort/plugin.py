@@ -25,3 +25,8 @@ class PrioritySort(QueueSortPlugin):
         """a and b are queued pod infos with `.pod` and `.timestamp` (when they were queued)."""
         p1, p2 = pod_priority(a.pod), pod_priority(b.pod)
         return p1 > p2 or (p1 == p2 and a.timestamp < b.timestamp)
+
+    def sort_key(self, a: Any) -> tuple:
+        """less as a key: higher priority first, then the earlier queued (less(a, b) exactly when
+        sort_key(a) < sort_key(b); equal keys are neither less, as in less)."""
+        return -pod_priority(a.pod), a.timestamp
