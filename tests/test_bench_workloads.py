@@ -338,3 +338,15 @@ def test_cpu_seconds_reads_the_processes_and_their_children():
     assert set(got) == {"me", "bench-client"} and got["me"] >= 0.05
     per = cpu_ms_per_pod({"me": 1.0}, {"me": 3.0, "bench-client": 0.5}, pods=1000)
     assert per == {"me": 2.0, "bench-client": 0.5, "total": 2.5}
+
+
+def test_bench_cycle_in_several_processes_sums_what_each_did():
+    """`bench-cycle --processes 2` (make bench's host calibration): two copies at once, each in
+    its own process, every pod placed in each; their rates and their sum."""
+    from schedmesh.bench.cycle_bench import run_together
+
+    result = run_together(2, ("SchedulingBasic", 30, 10, 20, False, 1, None, "name", True))
+    assert result["processes"] == 2 and len(result["per_process"]) == 2
+    assert all(r > 0 for r in result["per_process"])
+    assert result["pods_per_second"] == round(sum(result["per_process"]), 1)
+    assert result["scheduled"] == 20 and result["replica_answers"] is True
