@@ -35,7 +35,7 @@ from schedmesh.mesh.cluster_cache import STATE_TOPICS, ClusterCache
 from schedmesh.mesh.watchdog import LoopWatchdog
 from schedmesh.security.credentials import TLSFiles, is_loopback, token_from_env
 from schedmesh.security.identity import allowed_callers
-from schedmesh.security.interceptors import BearerTokenInterceptor, CallerIdentityInterceptor
+from schedmesh.security.interceptors import BearerTokenInterceptor, CallerIdentityInterceptor, with_check
 from schedmesh.telemetry import (
     metrics,
     server_interceptor,
@@ -88,6 +88,35 @@ def tune_gc() -> tuple[int, ...]:
     return thresholds
 
 
+_HEALTH_METHODS = "/grpc.health.v1.Health/"
+
+
+class ServingGate(grpc.aio.ServerInterceptor):
+    """UNAVAILABLE for every call but health checks while the service does not serve: from the
+    server's start until its caches are replayed (set_serving(True)), and from set_serving(False)
+    at shutdown. The server listens before the caches are read, and a call in that window was
+    answered from an empty cache: a restarted queue-manager listed no pods and would have
+    planned an Apply against nothing; a restarted binder's empty ledger would have bound a pod
+    already bound. Every caller sends such a call again: the CLI while the supervisor restarts
+    the queue-manager, the binding cycle, the shard fan-outs' retried attempts."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.open = False
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or self.open or handler_call_details.method.startswith(_HEALTH_METHODS):
+            return handler
+
+        async def check(context) -> None:
+            if not self.open:
+                await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                    f"{self.name} is not serving: starting (its caches are being read) "
+                                    "or stopping; send the call again")
+        return with_check(handler, check)
+
+
 class ServiceProcess:
     """A service's gRPC server, health status and shutdown handling."""
 
@@ -105,7 +134,8 @@ class ServiceProcess:
         self.tls: Optional[TLSFiles] = TLSFiles.from_env()
         # who may call what depends on this server's own identity (its certificate's CN)
         rules = allowed_callers(self.tls.identity() if self.tls is not None else None)
-        interceptors = [server_interceptor(),
+        self.gate = ServingGate(name)
+        interceptors = [server_interceptor(), self.gate,
                         CallerIdentityInterceptor(rules, tls_required=self.tls is not None)]
         token = token_from_env()
         if token:
@@ -119,7 +149,11 @@ class ServiceProcess:
         self.watchdog = LoopWatchdog.from_env(name)
 
     async def set_serving(self, serving: bool, service: str = "") -> None:
+        """The health status (of `service`, "" for the whole process); the whole process's also
+        opens or closes its calls (ServingGate)."""
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        if not service:
+            self.gate.open = serving
         r = self.health.set(service, status)
         if asyncio.iscoroutine(r):
             await r

@@ -29,7 +29,7 @@ def _service_of(method: str) -> str:
     return method.lstrip("/").split("/", 1)[0]
 
 
-def _wrap(handler: grpc.RpcMethodHandler, check: Callable[[object], Awaitable[None]]) -> grpc.RpcMethodHandler:
+def with_check(handler: grpc.RpcMethodHandler, check: Callable[[object], Awaitable[None]]) -> grpc.RpcMethodHandler:
     """The same handler, running `check(context)` (which aborts to refuse) before the method."""
     if handler.unary_unary is not None:
         inner = handler.unary_unary
@@ -79,7 +79,7 @@ class CallerIdentityInterceptor(grpc.aio.ServerInterceptor):
             if why is not None:
                 log.warning("refused %s from %s: %s", method, context.peer(), why)
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
-        return _wrap(handler, check)
+        return with_check(handler, check)
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
