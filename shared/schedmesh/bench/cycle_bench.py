@@ -107,16 +107,12 @@ def run_together(n: int, run_args: tuple) -> dict:
     first's figures, with pods_per_second the sum of all n and each one's in per_process."""
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(n, mp_context=ctx) as pool:
-        results = list(pool.map(_run_star, [run_args] * n))
+        results = [f.result() for f in [pool.submit(run, *run_args) for _ in range(n)]]
     out = dict(results[0])
     out["processes"] = n
     out["per_process"] = [r["pods_per_second"] for r in results]
     out["pods_per_second"] = round(sum(out["per_process"]), 1)
     return out
-
-
-def _run_star(run_args: tuple) -> dict:
-    return run(*run_args)
 
 
 def main(args) -> int:

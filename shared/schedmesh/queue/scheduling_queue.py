@@ -45,6 +45,7 @@ from schedmesh.framework.runtime import Nominator as RuntimeNominator
 from schedmesh.queue.active_queue import ActiveQueue, InFlightEvent
 from schedmesh.queue.backoff_queue import BACKOFF_Q_ORDERING_WINDOW, BackoffQueue
 from schedmesh.queue.clock import Clock, RealClock
+from schedmesh.queue.heap import SortKeyFn
 from schedmesh.queue.hints import (BACKOFF_COMPLETE, EVENT_ASSIGNED_POD_ADD, EVENT_UNSCHEDULED_POD_ADD,
                                    EVENT_UNSCHEDULED_POD_UPDATE, FORCE_ACTIVATE, POP_FROM_BACKOFF_Q,
                                    SCHEDULE_ATTEMPT_FAILURE, QueueingHintMap, QueueingStrategy,
@@ -156,7 +157,7 @@ def _lookup(pod: Pod) -> QueuedPodInfo:
 class PriorityQueue(RuntimeNominator):
     """kube-scheduler's PriorityQueue. Thread-safe; `pop()` is a coroutine, `try_pop()` never blocks."""
 
-    def __init__(self, less: LessFn, *, sort_key: Optional[Callable[[QueuedPodInfo], Any]] = None,
+    def __init__(self, less: LessFn, *, sort_key: Optional[SortKeyFn] = None,
                  pre_enqueue_plugins: Optional[Mapping[str, Sequence[PreEnqueuePlugin]]] = None,
                  queueing_hints: Optional[Mapping[str, QueueingHintMap]] = None,
                  clock: Optional[Clock] = None,
