@@ -4,16 +4,16 @@ kube's adaptive default finds numFeasibleNodesToFind = max(100, N * (50 - N/125)
 feasible nodes, walking the node order from a start index that rotates by the number of
 nodes processed. Here N = 600 nodes, so 46 % of them (276) are enough and the search stops
 early. The mesh (the queue-manager's `FanOutEvaluator` fanning Filter out to filter-worker
-processes and raw Score to score-worker processes, every worker a ClusterCache replica
-following the broker) must make, pod for pod, the decisions of the in-process cycle
+processes and raw Score to score-worker processes, every worker fed the caller's snapshot
+with each request) must make, pod for pod, the decisions of the in-process cycle
 (`SchedulingAlgorithm` with its LocalEvaluator): the same node, the same number of feasible
 and of evaluated nodes, the same FailedScheduling message, the same next start index.
 
 The clusters are scheduler_perf's SchedulingBasic and the Mixed workload, with some nodes
 filled up so that Filter fails on them, and a few pending pods that fit nowhere or whose
 node affinity narrows the candidates at PreFilter (a shorter node order to rotate over).
-Every chosen pod is assumed on its node on both sides before the next pod; the mesh sends
-its assumed pods in the ClusterView, as the queue-manager does.
+Every chosen pod is assumed on its node before the next pod; the workers learn of it from
+their next feed, as from the queue-manager's.
 
 Both follow kube's cancellation rule: the search stops at the (numFeasibleNodesToFind+1)-th
 feasible node, so failures after the last kept node are examined until then (or to the end of
@@ -23,15 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-import grpc
 import pytest
 
-from schedmesh.api import convert
 from schedmesh.api.types import (Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement,
                                  NodeSelectorTerm, Pod)
 from schedmesh.bench.workloads import make_pod, mixed, scheduling_basic
@@ -217,10 +214,8 @@ def mesh(tmp_path_factory) -> Iterator[Mesh]:
     logs: Path = tmp_path_factory.mktemp("mesh-sampling-logs")
     with kafka() as bootstrap:
         asyncio.run(_publish(bootstrap, []))  # the topics exist before the workers subscribe
-        # Nothing is published while a test runs (the workers catch up with the records a
-        # ClusterView names before they answer), so idle workers may poll the broker slowly:
-        # fourteen of them at the default 10 ms would keep two cores busy.
-        env = {"SCHEDMESH_KAFKA": bootstrap, "OTEL_TRACES_EXPORTER": "none", "SCHEDMESH_FETCH_MAX_WAIT_MS": "500"}
+        # The workers read no topic: the evaluator feeds them the test's snapshot.
+        env = {"OTEL_TRACES_EXPORTER": "none"}
         procs: list[ServiceProc] = []
         filters: dict[int, list[str]] = {}
         scores: dict[int, list[str]] = {}
@@ -268,28 +263,6 @@ def published(request, mesh: Mesh) -> Iterator[Published]:
                              [node_record(n, deleted=True) for n in c.nodes], ordered=False))
 
 
-def _wait_caught_up(evaluator: FanOutEvaluator, view: spb.ClusterView, pod: Pod, node: str,
-                    timeout: float = 60.0) -> None:
-    """Every worker has consumed the records the view names (a worker answers UNAVAILABLE
-    while it has not): the first real request then does not race the replicas' replay."""
-    pb = convert.pod_to_proto(pod)
-    calls = [(s.Filter, spb.FilterRequest(pod=pb, scheduler_name="default-scheduler", view=view, evaluate_all=True))
-             for s in evaluator.filter_stubs]
-    calls += [(s.Score, spb.ScoreRequest(pod=pb, scheduler_name="default-scheduler", view=view, feasible=[node]))
-              for s in evaluator.score_stubs]
-    deadline = time.monotonic() + timeout
-    for call, req in calls:
-        while True:
-            try:
-                call(req, timeout=10)
-                break
-            except grpc.RpcError as e:
-                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) \
-                        or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)  # a worker waits up to 5 s for the offsets before it says so
-
-
 @dataclass
 class BatchUse:
     """How much of a batched run the shards' answers decided (so a silent fallback to pod by
@@ -317,16 +290,9 @@ def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list
     """The queue-manager's decisions through the shards: pod by pod, or in runs of `batch_size`
     (each run's batch prepared just before it, or, `pipelined`, before the previous run is
     decided, as the queue-manager's loop prepares the next run while it decides one)."""
-    assumed: list[spb.PodAssignment] = []  # what the queue-manager has assumed, in order
-
-    def view() -> spb.ClusterView:
-        return spb.ClusterView(client_id=client, offsets=cache.view_offsets(), assumed=assumed)
-
-    evaluator = FanOutEvaluator(*evaluator_targets, view)
+    # The workers take the cluster from the evaluator's feeds (this cache's snapshot).
+    evaluator = FanOutEvaluator(*evaluator_targets, lambda: spb.ClusterView(client_id=client))
     try:
-        with cache.lock:
-            first_node = cache.snapshot.cols.names[0]
-        _wait_caught_up(evaluator, view(), pending[0], first_node)
         fw = Framework(default_profile(), snapshot_fn=lambda: cache.snapshot)
         algo = SchedulingAlgorithm(tie_break="name", evaluator=evaluator)
         out = []
@@ -352,9 +318,8 @@ def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list
             for pod in run:
                 with cache.lock:
                     d = decide(algo, fw, cache.snapshot, pod)
-                    if d.node is not None:  # assume, here and (through the view) on the workers
+                    if d.node is not None:  # assume, here and (through the feeds) on the workers
                         cache.snapshot.add_pod(pod, d.node)
-                        assumed.append(spb.PodAssignment(pod=convert.pod_to_proto(pod), node_name=d.node))
                 out.append(d)
             if use is not None and evaluator._batch is not None:
                 use.batchable += len(items)

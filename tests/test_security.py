@@ -148,13 +148,12 @@ def test_only_the_queue_manager_may_bind(mesh) -> None:
     assert "ghost" not in {v.pod.metadata.name for v in pods}
 
 
-def test_only_the_queue_manager_may_install_a_view_on_a_shard(mesh) -> None:
+def test_only_the_queue_manager_may_feed_a_shard(mesh) -> None:
     base, _ = mesh
-    # The attack of issue 13: a view assuming a huge pod on every node poisons the shard.
-    hog = load_text(pod_yaml("hog", cpu="1000"), "hog.yaml").pods[0]
+    # The attack of issue 13, on the shards' feeds: a whole cluster of no nodes, numbered past
+    # anything the queue-manager has sent, would leave the shard nowhere to put a pod.
     view = spb.ClusterView(client_id="queue-manager")
-    for i in range(8):
-        view.assumed.add(pod=convert.pod_to_proto(hog), node_name=f"general-{i}")
+    view.shard_feed.feeder, view.shard_feed.generation = "attacker", 1 << 40
     probe = convert.pod_to_proto(load_text(pod_yaml("probe"), "probe.yaml").pods[0])
     for who in (ids.ADMIN, ids.SCORE_WORKER, ids.BINDER):
         with channel(target(base, "filter-worker-0"), files(pki(base), who)) as ch:

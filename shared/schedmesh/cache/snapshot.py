@@ -169,14 +169,19 @@ class SnapshotChanges:
     and whether anything changed that reaches beyond those nodes (the node set, pods with
     affinity terms, namespace labels)."""
 
-    __slots__ = ("rows", "beyond_rows", "ignore_status_updates")
+    __slots__ = ("rows", "beyond_rows", "ignore_status_updates", "pod_nodes", "node_ops", "namespaces_changed")
 
-    def __init__(self, ignore_status_updates: bool = False) -> None:
+    def __init__(self, ignore_status_updates: bool = False, by_name: bool = False) -> None:
         self.rows: set[int] = set()
         self.beyond_rows = False
         # Leave out a pod put back on its node with only its status, binding or version changed
         # (assumed -> bound -> Running): its node's pods and totals are what they were.
         self.ignore_status_updates = ignore_status_updates
+        # by_name (a shard feed, mesh/shard_feed.py): the nodes whose pods changed by name, and
+        # node additions, updates and removals in their order (the node order follows from it).
+        self.pod_nodes: Optional[set[str]] = set() if by_name else None
+        self.node_ops: Optional[list[tuple[bool, str]]] = [] if by_name else None  # (removed, name)
+        self.namespaces_changed = False
 
     def take_rows(self) -> set[int]:
         """The rows changed since the last take (for an index following the snapshot under the
@@ -307,9 +312,9 @@ class Snapshot:
             yield from ni.pods
 
     # ---- changing ------------------------------------------------------------------------
-    def watch_changes(self, ignore_status_updates: bool = False) -> SnapshotChanges:
+    def watch_changes(self, ignore_status_updates: bool = False, by_name: bool = False) -> SnapshotChanges:
         """Start recording changes (until `unwatch`)."""
-        w = SnapshotChanges(ignore_status_updates)
+        w = SnapshotChanges(ignore_status_updates, by_name)
         self._watchers = self._watchers + (w,)
         return w
 
@@ -324,11 +329,14 @@ class Snapshot:
             self.namespace_labels[namespace] = dict(labels)
         for w in self._watchers:
             w.beyond_rows = True
+            w.namespaces_changed = True
 
-    def _nodes_changed(self) -> None:
+    def _nodes_changed(self, name: str, removed: bool = False) -> None:
         self.generation += 1
         for w in self._watchers:
             w.beyond_rows = True
+            if w.node_ops is not None:
+                w.node_ops.append((removed, name))
         self._list = None
         self._cols = None
         self._affinity_lists = None
@@ -343,6 +351,8 @@ class Snapshot:
                 continue
             w.rows.add(ni.index)
             w.beyond_rows = w.beyond_rows or affinity_changed
+            if w.pod_nodes is not None:
+                w.pod_nodes.add(ni.name)
         if self._cols is not None and ni.index >= 0:
             self._cols.set_pod_totals(ni.index, ni)
         if affinity_changed:
@@ -373,7 +383,7 @@ class Snapshot:
                 if not self._zone_order[old_zone]:
                     del self._zone_order[old_zone]
                 self._zone_order.setdefault(zone_key(node), []).append(name)
-        self._nodes_changed()
+        self._nodes_changed(name)
         return ni
 
     update_node = add_node
@@ -390,7 +400,7 @@ class Snapshot:
             self._pod_node.pop(pi.pod.meta.uid, None)
             # Pods stay known: they come back if the node is re-registered.
             self._pending_pods.setdefault(name, []).append(pi.pod)
-        self._nodes_changed()
+        self._nodes_changed(name, removed=True)
         return ni
 
     def _add_pod_to(self, ni: NodeInfo, pod: Pod) -> PodInfo:

@@ -152,8 +152,9 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
     workers = []
     for kind, n in (("filter", filter_workers), ("score", score_workers)):
         for i in range(n):
+            # Shards read no topic: the queue-manager feeds them its snapshot (mesh/shard_feed.py).
             workers.append(sup.start(f"{kind}-worker-{i}", f"services.{kind}_worker",
-                                     [*common, "--shard", str(i), "--shards", str(n), *cfg], free_port(),
+                                     ["--shard", str(i), "--shards", str(n), *cfg], free_port(),
                                      env=security.service_env(f"{kind}-worker")))
     binder = sup.start("binder", "services.binder", common, free_port(), env=security.service_env(ids.BINDER))
     # The one local agent also runs the pods of the nodes users apply (no other kubelet would).

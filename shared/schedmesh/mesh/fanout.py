@@ -11,8 +11,13 @@ one process walking that order examines (no shard can stop before that point: it
 that many feasible nodes of its own before it). The start index then advances by the same
 count as in one process.
 
+Each request carries, per shard, the changes to this process's snapshot since the previous
+request to that shard (mesh/shard_feed.py): the shards evaluate on this process's cluster and
+read no topic.
+
 A shard that fails makes the whole attempt fail with an error: the pod goes back to the
-queue with backoff and is retried, never half-evaluated.
+queue with backoff and is retried, never half-evaluated; that shard's next request carries
+the whole cluster.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from schedmesh.mesh import batch as batching
 from schedmesh.mesh.answers import nominations
 from schedmesh.mesh.replicas import ReplicaEvaluator
 from schedmesh.mesh.runtime import GRPC_OPTIONS
+from schedmesh.mesh.shard_feed import ShardFeed, encode_node, encode_pod
 from schedmesh.scheduling.cycle import Diagnosis
 from schedmesh.security.credentials import TLSFiles, channel
 from schedmesh.telemetry import inject_grpc_metadata
@@ -45,13 +51,21 @@ class FanOutEvaluator(ReplicaEvaluator):
     shards."""
 
     def __init__(self, filter_targets: Sequence[str], score_targets: Sequence[str], view_fn: ViewFn,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, encode: Callable[[object], bytes] = encode_pod) -> None:
+        """`view_fn`: the nominated pods (the shards take the rest from their feeds); `encode`:
+        a pod's serialized Pod, for the feeds."""
         super().__init__()
         self.view_fn = view_fn
         self.timeout = timeout
         self._channels = []
         self.filter_stubs = [sgrpc.FilterWorkerStub(self._channel(t)) for t in filter_targets]
         self.score_stubs = [sgrpc.ScoreWorkerStub(self._channel(t)) for t in score_targets]
+        self._encode = encode
+        # Each pod and node encoded once for all feeds: uid or name -> (object, its bytes)
+        self._encoded: dict[str, tuple[object, bytes]] = {}
+        self._encoded_nodes: dict[str, tuple[object, bytes]] = {}
+        self.filter_feeds = [ShardFeed(self._encode_once, self._encode_node_once) for _ in self.filter_stubs]
+        self.score_feeds = [ShardFeed(self._encode_once, self._encode_node_once) for _ in self.score_stubs]
         # Blocking calls on long-lived threads: grpc's `.future()` starts a channel spin
         # thread for a call when none is running, which cost milliseconds per fan-out.
         # Twice the shards: a batch being prepared and a pod asking alone may overlap.
@@ -60,6 +74,36 @@ class FanOutEvaluator(ReplicaEvaluator):
         self._batch: Optional[batching.ShardBatch] = None  # the run of pods being decided (mesh/batch.py)
         # Where a batch's time goes (seconds, summed): the queue-manager's log shows it.
         self.batch_phases = dict.fromkeys(("view", "encode", "filter_rpc", "merge", "score_rpc"), 0.0)
+
+    def _encode_once(self, pod) -> bytes:
+        return _once(self._encoded, pod.meta.uid, pod, self._encode, 8192)
+
+    def _encode_node_once(self, node) -> bytes:
+        return _once(self._encoded_nodes, node.meta.name, node, encode_node, 1 << 20)
+
+    def keep_fed(self, lock, snapshot_fn, stop, idle: float = 1.0) -> None:
+        """Until `stop` is set: send each shard the changes no request has carried for `idle`
+        seconds, in an empty batch (its first feed, the whole cluster, as soon as it answers).
+        So a request after a quiet spell (the first pods after the nodes registered) carries
+        a few changes, not the backlog, and a restarted shard is fed before it is needed."""
+        plans = [(stub, feed, "FilterBatch") for stub, feed in zip(self.filter_stubs, self.filter_feeds)]
+        plans += [(stub, feed, "ScoreBatch") for stub, feed in zip(self.score_stubs, self.score_feeds)]
+        while plans and not stop.wait(idle / 2):
+            for stub, feed, method in plans:
+                if time.monotonic() - feed.sent_at < idle:
+                    continue
+                with lock:
+                    snapshot = snapshot_fn()
+                    if not feed.pending(snapshot):
+                        continue
+                    req = spb.BatchRequest(view=self.view_fn(), order_digest=snapshot.cols.order_digest)
+                    feed.take(snapshot, req.view.shard_feed)
+                try:
+                    getattr(stub, method)(req, timeout=self.timeout)
+                except grpc.RpcError as e:
+                    feed.reset()
+                    batching.log.debug("feeding an idle shard failed (%s); the next request sends the cluster",
+                                       e.code().name)
 
     @property
     def sharded(self) -> bool:
@@ -72,17 +116,34 @@ class FanOutEvaluator(ReplicaEvaluator):
         return ch
 
     def close(self) -> None:
+        for feed in (*self.filter_feeds, *self.score_feeds):
+            feed.reset()
         self._pool.shutdown(wait=False)
         for ch in self._channels:
             ch.close()
 
+    def _send(self, stubs: list, feeds: list[ShardFeed], method: str, request, snapshot, md) -> list:
+        """`request` to every shard, each with its feed (taken now: call under the lock the
+        snapshot's writers take); the calls in flight, for `_gather`."""
+        calls = []
+        for i, (stub, feed) in enumerate(zip(stubs, feeds)):
+            req = type(request)()
+            req.CopyFrom(request)
+            feed.take(snapshot, req.view.shard_feed)
+            calls.append((i, feed, self._pool.submit(getattr(stub, method), req, timeout=self.timeout, metadata=md)))
+        return calls
+
     def _gather(self, calls: list) -> list:
-        out = []
-        for shard, fut in calls:
+        out, failed = [], None
+        for shard, feed, fut in calls:
             try:
                 out.append(fut.result())
             except grpc.RpcError as e:
-                raise PluginError(Status(Code.ERROR, (f"shard {shard} failed: {e.code().name}: {e.details()}",))) from e
+                feed.reset()  # it may not have applied its feed: the whole cluster next time
+                failed = failed or PluginError(Status(Code.ERROR, (f"shard {shard} failed: {e.code().name}: "
+                                                                   f"{e.details()}",)))
+        if failed is not None:
+            raise failed
         return out
 
     # ---- a run of pods in one request per shard ------------------------------------------
@@ -99,25 +160,25 @@ class FanOutEvaluator(ReplicaEvaluator):
         traceparents = traceparents or {}
         clock = self.batch_phases
         t0 = time.perf_counter()
-        with lock:  # the view and the change log start from one cluster state
+        # Replicas of one template are asked once; their answers are shared.
+        first = batching.templates_of(items)
+        firsts = sorted(set(first))
+        asked_items = [items[j] for j in firsts]
+        encoded = batching.encode_pods(asked_items)
+        md = inject_grpc_metadata()
+        t1 = time.perf_counter()
+        clock["encode"] += t1 - t0
+        with lock:  # the feeds and the change log start from one cluster state
             snapshot = snapshot_fn()
             view = self.view_fn()
             batch = batching.ShardBatch(snapshot, snapshot.watch_changes(ignore_status_updates=True),
                                         nominations(nominator))
-        t1 = time.perf_counter()
-        clock["view"] += t1 - t0
-        try:
-            # Replicas of one template are asked once; their answers are shared.
-            first = batching.templates_of(items)
-            firsts = sorted(set(first))
-            asked_items = [items[j] for j in firsts]
-            encoded = batching.encode_pods(asked_items)
-            md = inject_grpc_metadata()
             req = batching.batch_request(view, asked_items, batch.cols.order_digest, encoded, traceparents)
-            t2 = time.perf_counter()
-            clock["encode"] += t2 - t1
-            responses = self._gather([(i, self._pool.submit(stub.FilterBatch, req, timeout=self.timeout, metadata=md))
-                                      for i, stub in enumerate(self.filter_stubs)])
+            calls = self._send(self.filter_stubs, self.filter_feeds, "FilterBatch", req, snapshot, md)
+        t2 = time.perf_counter()
+        clock["view"] += t2 - t1
+        try:
+            responses = self._gather(calls)
             t3 = time.perf_counter()
             clock["filter_rpc"] += t3 - t2
             batching.filter_answers(batch, [pod for _, pod in asked_items], responses)
@@ -129,9 +190,11 @@ class FanOutEvaluator(ReplicaEvaluator):
                 windows = batching.template_windows(asked, first, firsts)
                 req = batching.batch_request(view, asked_items, batch.cols.order_digest, encoded, traceparents,
                                              windows)
-                responses = self._gather([(i, self._pool.submit(stub.ScoreBatch, req, timeout=self.timeout,
-                                                                metadata=md))
-                                          for i, stub in enumerate(self.score_stubs)])
+                # Fed the cluster as it is now: rows changed since the view are taken again here
+                # where read (the batch's change log), whatever the shards answer for them.
+                with lock:
+                    calls = self._send(self.score_stubs, self.score_feeds, "ScoreBatch", req, snapshot_fn(), md)
+                responses = self._gather(calls)
                 t5 = time.perf_counter()
                 clock["score_rpc"] += t5 - t4
                 batching.score_answers(batch, asked_items, windows, responses)
@@ -171,8 +234,7 @@ class FanOutEvaluator(ReplicaEvaluator):
                                 max_feasible=0 if evaluate_all else to_find, evaluate_all=evaluate_all,
                                 start_index=start, order_digest=cols.order_digest)
         md = inject_grpc_metadata()  # each shard's span joins this attempt's trace
-        calls = [(i, self._pool.submit(stub.Filter, req, timeout=self.timeout, metadata=md))
-                 for i, stub in enumerate(self.filter_stubs)]
+        calls = self._send(self.filter_stubs, self.filter_feeds, "Filter", req, snapshot, md)  # (in the cycle: locked)
         position = np.full(cols.n, -1, np.int64)  # row -> position in this cycle's node order
         position[ordered] = np.arange(len(ordered))
         feasible_pos: list[np.ndarray] = []
@@ -220,8 +282,7 @@ class FanOutEvaluator(ReplicaEvaluator):
         req = spb.ScoreRequest(pod=convert.pod_to_proto(pod), scheduler_name=fw.name, view=self.view_fn(),
                                feasible=[cols.names[r] for r in rows.tolist()])
         md = inject_grpc_metadata()
-        calls = [(i, self._pool.submit(stub.Score, req, timeout=self.timeout, metadata=md))
-                 for i, stub in enumerate(self.score_stubs)]
+        calls = self._send(self.score_stubs, self.score_feeds, "Score", req, snapshot, md)
         out: dict[str, np.ndarray] = {}
         for resp in self._gather(calls):
             idx = np.asarray(resp.positions, np.int64)
@@ -230,3 +291,14 @@ class FanOutEvaluator(ReplicaEvaluator):
                 if len(idx):
                     arr[idx] = np.asarray(ps.raw, np.int64)
         return out
+
+
+def _once(memo: dict, key: str, obj, encode, limit: int) -> bytes:
+    """encode(obj), remembered while `obj` is the object under `key`."""
+    got = memo.get(key)
+    if got is not None and got[0] is obj:
+        return got[1]
+    if len(memo) >= limit:
+        memo.clear()
+    data = memo[key] = (obj, encode(obj))
+    return data[1]

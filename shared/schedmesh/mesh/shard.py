@@ -1,9 +1,9 @@
 """The shard side of the Filter/Score fan-out: one partition of the nodes, the whole cluster known.
 
-Every shard replicates the whole cluster (cheap: it is the same event stream) but evaluates
-only its own nodes. PreFilter and PreScore need cluster-wide counts (spread, inter-pod
-affinity); computing them locally on a replica gives every shard the same answer as the
-queue-manager without a map-reduce round trip.
+Every shard holds the caller's whole snapshot (fed by the caller with each request:
+mesh/shard_feed.py) but evaluates only its own nodes. PreFilter and PreScore need cluster-wide
+counts (spread, inter-pod affinity); computing them locally on the whole snapshot gives every
+shard the same answer as the queue-manager without a map-reduce round trip.
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from schedmesh.cache.node_info import PodInfo
 from schedmesh.framework.interface import CycleState, PluginError
 from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh.batch import bitmap_bytes, encode_raw, rows_bytes
-from schedmesh.mesh.cluster_cache import ClusterCache
 from schedmesh.mesh.partition import shard_of
+from schedmesh.mesh.shard_feed import FedCluster
 from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm, rotated
 from schedmesh.telemetry import extract_grpc_metadata, k8s_attributes
 from schedmesh.v1 import scheduling_pb2 as spb
@@ -46,50 +46,39 @@ class RequestNominator(Nominator):
 
 
 class NodeShard:
-    """This shard's Filter and raw Score over its own nodes, on its replica of the cluster with
-    the caller's assumed and nominated pods overlaid (the server side of FanOutEvaluator)."""
+    """This shard's Filter and raw Score over its own nodes, on the caller's snapshot as its
+    feeds keep it (the server side of FanOutEvaluator)."""
 
-    def __init__(self, cache: ClusterCache, frameworks: dict[str, Framework], shard_index: int,
+    def __init__(self, cluster: FedCluster, frameworks: dict[str, Framework], shard_index: int,
                  shard_count: int, name: str = "") -> None:
-        self.cache, self.frameworks = cache, frameworks
+        self.cluster, self.frameworks = cluster, frameworks
         self.shard_index, self.shard_count = shard_index, shard_count
         self.name = name or f"shard-{shard_index}-of-{shard_count}"
         self.algorithm = SchedulingAlgorithm()  # the filter walk; the start index is the caller's
         self._rows_for: Optional[tuple[object, np.ndarray]] = None
-        # Where request time goes, logged every 100 requests: waiting for the event stream
-        # to reach the caller's offsets, overlaying assumptions, evaluating.
-        self._timing = {"requests": 0, "wait": 0.0, "assume": 0.0, "eval": 0.0}
-        # The assumed pods of the previous request by their encoding: successive requests carry
-        # mostly the same in-flight pods, and decoding each again cost more than evaluating.
-        self._decoded: dict[bytes, object] = {}
+        # Where request time goes, logged every 100 requests (every 10 batches): waiting for and
+        # applying the request's feed, evaluating.
+        self._timing = {"requests": 0, "pods": 0, "feed": 0.0, "eval": 0.0}
 
-    def _account(self, wait: float, assume: float, evaluate: float, pods: int = 1) -> None:
+    def _account(self, feed: float, evaluate: float, pods: int = 1) -> None:
         t = self._timing
         t["requests"] += 1
-        t["pods"] = t.get("pods", 0) + pods
-        t["wait"] += wait
-        t["assume"] += assume
+        t["pods"] += pods
+        t["feed"] += feed
         t["eval"] += evaluate
         if t["requests"] % 100 == 0 or (pods > 1 and t["requests"] % 10 == 0):
             n = t["requests"]
-            log.info("%s: %d requests (%d pods), mean wait-for-offsets %.1f ms, assume %.1f ms, evaluate %.1f ms",
-                     self.name, n, t["pods"], 1000 * t["wait"] / n, 1000 * t["assume"] / n, 1000 * t["eval"] / n)
-            for k in ("wait", "assume", "eval"):
-                t[k] = 0.0
-            t["requests"] = t["pods"] = 0
+            log.info("%s: %d requests (%d pods), mean feed %.1f ms, evaluate %.1f ms",
+                     self.name, n, t["pods"], 1000 * t["feed"] / n, 1000 * t["eval"] / n)
+            t.update(requests=0, pods=0, feed=0.0, eval=0.0)
 
-    def _my_mask(self) -> np.ndarray:
+    def _my_mask(self, snap) -> np.ndarray:
         """Per snapshot row: does this shard own the node? Recomputed when the node set changes."""
-        cols = self.cache.snapshot.cols
+        cols = snap.cols
         if self._rows_for is None or self._rows_for[0] is not cols:
             mask = np.fromiter((shard_of(n, self.shard_count) == self.shard_index for n in cols.names), bool, cols.n)
             self._rows_for = (cols, mask)
         return self._rows_for[1]
-
-    def _prepare(self, view: spb.ClusterView, scheduler_name: str) -> tuple[Framework, float]:
-        """Returns the framework and when evaluation may start (for the timing log)."""
-        started = self._install(view)
-        return self._framework(scheduler_name), started
 
     def _framework(self, scheduler_name: str) -> Framework:
         fw = self.frameworks.get(scheduler_name)
@@ -97,138 +86,105 @@ class NodeShard:
             raise KeyError(f"no profile with schedulerName {scheduler_name!r}")
         return fw
 
-    def _install(self, view: spb.ClusterView) -> float:
-        """Wait for the view's offsets and overlay its assumed pods; returns when evaluation may
-        start (for the timing log)."""
+    def _evaluate(self, view: spb.ClusterView, evaluate, pods: int = 1):
+        """`evaluate(snapshot)` on the caller's snapshot as `view`'s feed gives it."""
         t0 = time.perf_counter()
-        offsets = dict(view.offsets)
-        if not self.cache.wait_for(offsets):
-            raise TimeoutError(f"{self.name} has not caught up with the event stream "
-                               f"(wants {offsets}, has {self.cache.offsets})")
-        t1 = time.perf_counter()
-        self.cache.set_assumed(view.client_id, self._assumed_pods(view))
-        t2 = time.perf_counter()
-        self._pending_timing = (t1 - t0, t2 - t1)
-        return t2
-
-    def _assumed_pods(self, view: spb.ClusterView) -> list[tuple[object, str]]:
-        previous, current = self._decoded, {}
-        out = []
-        for a in view.assumed:
-            key = a.pod.SerializeToString(deterministic=True)
-            pod = previous.get(key) or current.get(key)
-            if pod is None:
-                pod = convert.pod_from_proto(a.pod)
-            current[key] = pod
-            out.append((pod, a.node_name))
-        self._decoded = current
-        return out
+        with self.cluster.at(view.shard_feed) as snap:
+            t1 = time.perf_counter()
+            try:
+                return evaluate(snap)
+            finally:
+                self._account(t1 - t0, time.perf_counter() - t1, pods)
 
     def filter(self, req: spb.FilterRequest) -> spb.FilterResponse:
-        fw, started = self._prepare(req.view, req.scheduler_name)
-        try:
-            return self._filter(fw, req)
-        finally:
-            self._account(*self._pending_timing, time.perf_counter() - started)
+        fw = self._framework(req.scheduler_name)
+        return self._evaluate(req.view, lambda snap: self._filter(fw, req, snap))
 
-    def _filter(self, fw: Framework, req: spb.FilterRequest) -> spb.FilterResponse:
+    def _filter(self, fw: Framework, req: spb.FilterRequest, snap) -> spb.FilterResponse:
         pod = convert.pod_from_proto(req.pod)
-        with self.cache.lock:
-            snap = self.cache.snapshot
-            resp = spb.FilterResponse(shard=self.name)
-            state = CycleState()
-            pre_res, st, narrowing = fw.run_pre_filter(state, pod, snap)
-            resp.prefilter_narrowing_plugins.extend(sorted(narrowing))
-            if st is not None and not st.is_success():
-                resp.prefilter_rejection.CopyFrom(spb.NodeFailure(code=int(st.code), plugin=st.plugin, reasons=st.reasons))
-                return resp
-            cols = snap.cols
-            if not req.evaluate_all and req.order_digest and req.order_digest != cols.order_digest:
-                raise TimeoutError(f"{self.name} orders the nodes differently from the caller "
-                                   f"(digest {cols.order_digest} != {req.order_digest}); not caught up")
-            mine = self._my_mask()
-            resp.shard_nodes = int(mine.sum())
-            # The global order (PreFilter-narrowed), rolled by the caller's start index, as
-            # one process would walk it; this shard examines only its own nodes of it.
-            rows = snap.all_indices()
-            if pre_res is not None and not pre_res.all_nodes():
-                keep = [cols.index_of(n) for n in pre_res.node_names]
-                rows = np.array(sorted(i for i in keep if i >= 0), np.int64)
-            if len(rows) == 0:
-                return resp
-            start = 0 if req.evaluate_all else req.start_index % len(rows)
-            ordered = rotated(rows, start)
-            ordered = ordered[mine[ordered]]
-            if len(ordered) == 0:
-                return resp
-            # One more than the caller keeps: the merge needs the node where kube's search cancels.
-            to_find = (len(ordered) if req.evaluate_all or req.max_feasible <= 0
-                       else min(req.max_feasible + 1, len(ordered)))
-            diagnosis = Diagnosis()
-            feasible = self.algorithm.filter_in_order(fw, state, pod, snap, ordered, to_find, diagnosis,
-                                                      RequestNominator(req.view.nominated))
-            names = snap.cols.names
-            resp.feasible.extend([names[r] for r in feasible.tolist()])
-            groups: dict[int, tuple] = {}  # statuses are shared objects: group nodes by status
-            for node, s in diagnosis.node_to_status.items():
-                g = groups.get(id(s))
-                if g is None:
-                    g = groups[id(s)] = (s, [])
-                g[1].append(node)
-            for s, nodes in groups.values():
-                resp.failures.add(code=int(s.code), plugin=s.plugin, reasons=s.reasons, nodes=nodes)
+        resp = spb.FilterResponse(shard=self.name)
+        state = CycleState()
+        pre_res, st, narrowing = fw.run_pre_filter(state, pod, snap)
+        resp.prefilter_narrowing_plugins.extend(sorted(narrowing))
+        if st is not None and not st.is_success():
+            resp.prefilter_rejection.CopyFrom(spb.NodeFailure(code=int(st.code), plugin=st.plugin, reasons=st.reasons))
             return resp
+        cols = snap.cols
+        if not req.evaluate_all and req.order_digest and req.order_digest != cols.order_digest:
+            raise TimeoutError(f"{self.name} orders the nodes differently from the caller "
+                               f"(digest {cols.order_digest} != {req.order_digest}); not caught up")
+        mine = self._my_mask(snap)
+        resp.shard_nodes = int(mine.sum())
+        # The global order (PreFilter-narrowed), rolled by the caller's start index, as
+        # one process would walk it; this shard examines only its own nodes of it.
+        rows = snap.all_indices()
+        if pre_res is not None and not pre_res.all_nodes():
+            keep = [cols.index_of(n) for n in pre_res.node_names]
+            rows = np.array(sorted(i for i in keep if i >= 0), np.int64)
+        if len(rows) == 0:
+            return resp
+        start = 0 if req.evaluate_all else req.start_index % len(rows)
+        ordered = rotated(rows, start)
+        ordered = ordered[mine[ordered]]
+        if len(ordered) == 0:
+            return resp
+        # One more than the caller keeps: the merge needs the node where kube's search cancels.
+        to_find = (len(ordered) if req.evaluate_all or req.max_feasible <= 0
+                   else min(req.max_feasible + 1, len(ordered)))
+        diagnosis = Diagnosis()
+        feasible = self.algorithm.filter_in_order(fw, state, pod, snap, ordered, to_find, diagnosis,
+                                                  RequestNominator(req.view.nominated))
+        names = snap.cols.names
+        resp.feasible.extend([names[r] for r in feasible.tolist()])
+        groups: dict[int, tuple] = {}  # statuses are shared objects: group nodes by status
+        for node, s in diagnosis.node_to_status.items():
+            g = groups.get(id(s))
+            if g is None:
+                g = groups[id(s)] = (s, [])
+            g[1].append(node)
+        for s, nodes in groups.values():
+            resp.failures.add(code=int(s.code), plugin=s.plugin, reasons=s.reasons, nodes=nodes)
+        return resp
 
     def score(self, req: spb.ScoreRequest) -> spb.ScoreResponse:
-        fw, started = self._prepare(req.view, req.scheduler_name)
-        try:
-            return self._score(fw, req)
-        finally:
-            self._account(*self._pending_timing, time.perf_counter() - started)
+        fw = self._framework(req.scheduler_name)
+        return self._evaluate(req.view, lambda snap: self._score(fw, req, snap))
 
-    def _score(self, fw: Framework, req: spb.ScoreRequest) -> spb.ScoreResponse:
+    def _score(self, fw: Framework, req: spb.ScoreRequest, snap) -> spb.ScoreResponse:
         pod = convert.pod_from_proto(req.pod)
-        with self.cache.lock:
-            snap = self.cache.snapshot
-            cols = snap.cols
-            state = CycleState()
-            fw.run_pre_filter(state, pod, snap)  # some PreScore steps read PreFilter state
-            all_rows = cols.rows_of(req.feasible)
-            known = all_rows >= 0
-            fw.run_pre_score(state, pod, snap, all_rows[known])
-            mine_pos = np.flatnonzero(known & self._my_mask()[np.where(known, all_rows, 0)])
-            raw = fw.run_raw_score(state, pod, snap, all_rows[mine_pos])
-            resp = spb.ScoreResponse(shard=self.name, positions=mine_pos.tolist())
-            for plugin, arr in raw.items():
-                resp.scores.add(plugin=plugin, raw=arr.tolist())
-            return resp
+        cols = snap.cols
+        state = CycleState()
+        fw.run_pre_filter(state, pod, snap)  # some PreScore steps read PreFilter state
+        all_rows = cols.rows_of(req.feasible)
+        known = all_rows >= 0
+        fw.run_pre_score(state, pod, snap, all_rows[known])
+        mine_pos = np.flatnonzero(known & self._my_mask(snap)[np.where(known, all_rows, 0)])
+        raw = fw.run_raw_score(state, pod, snap, all_rows[mine_pos])
+        resp = spb.ScoreResponse(shard=self.name, positions=mine_pos.tolist())
+        for plugin, arr in raw.items():
+            resp.scores.add(plugin=plugin, raw=arr.tolist())
+        return resp
 
     # ---- batches (schedmesh.mesh.batch) ---------------------------------------------------
-    def _batch_snapshot(self, req: spb.BatchRequest):
-        """The snapshot a batch is evaluated on, once its view is installed (call under the lock)."""
-        snap = self.cache.snapshot
+    def _check_order(self, req: spb.BatchRequest, snap) -> None:
         if req.order_digest != snap.cols.order_digest:
             raise TimeoutError(f"{self.name} orders the nodes differently from the caller "
                                f"(digest {snap.cols.order_digest} != {req.order_digest}); not caught up")
-        return snap
 
     def filter_batch(self, req: spb.BatchRequest) -> spb.FilterBatchResponse:
         """Filter every pod of the batch on every node of this shard (no quota: the caller walks
         kube's node order over all shards' answers), each pod on the same cluster."""
-        started = self._install(req.view)
-        resp = spb.FilterBatchResponse(shard=self.name)
-        try:
-            with self.cache.lock:
-                snap = self._batch_snapshot(req)
-                mine = self._my_mask()
-                nominator = RequestNominator(req.view.nominated)
-                for bp in req.pods:
-                    with _pod_span("filter", bp):
-                        self._filter_one(resp.results.add(), self._framework(bp.scheduler_name),
-                                         convert.pod_from_proto(bp.pod), snap, mine, nominator)
+        def evaluate(snap) -> spb.FilterBatchResponse:
+            self._check_order(req, snap)
+            resp = spb.FilterBatchResponse(shard=self.name)
+            mine = self._my_mask(snap)
+            nominator = RequestNominator(req.view.nominated)
+            for bp in req.pods:
+                with _pod_span("filter", bp):
+                    self._filter_one(resp.results.add(), self._framework(bp.scheduler_name),
+                                     convert.pod_from_proto(bp.pod), snap, mine, nominator)
             return resp
-        finally:
-            self._account(*self._pending_timing, time.perf_counter() - started, len(req.pods))
+        return self._evaluate(req.view, evaluate, len(req.pods))
 
     def _filter_one(self, out: spb.PodFilterResult, fw: Framework, pod, snap, mine: np.ndarray,
                     nominator: Nominator) -> None:
@@ -264,20 +220,17 @@ class NodeShard:
 
     def score_batch(self, req: spb.BatchRequest) -> spb.ScoreBatchResponse:
         """Raw Score of every pod of the batch on the requested rows this shard owns."""
-        started = self._install(req.view)
-        resp = spb.ScoreBatchResponse(shard=self.name)
-        try:
-            with self.cache.lock:
-                snap = self._batch_snapshot(req)
-                mine = self._my_mask()
-                for bp in req.pods:
-                    with _pod_span("score", bp):
-                        self._score_one(resp.results.add(), self._framework(bp.scheduler_name),
-                                        convert.pod_from_proto(bp.pod), snap, mine,
-                                        np.frombuffer(bp.rows, "<i4").astype(np.int64))
+        def evaluate(snap) -> spb.ScoreBatchResponse:
+            self._check_order(req, snap)
+            resp = spb.ScoreBatchResponse(shard=self.name)
+            mine = self._my_mask(snap)
+            for bp in req.pods:
+                with _pod_span("score", bp):
+                    self._score_one(resp.results.add(), self._framework(bp.scheduler_name),
+                                    convert.pod_from_proto(bp.pod), snap, mine,
+                                    np.frombuffer(bp.rows, "<i4").astype(np.int64))
             return resp
-        finally:
-            self._account(*self._pending_timing, time.perf_counter() - started, len(req.pods))
+        return self._evaluate(req.view, evaluate, len(req.pods))
 
     @staticmethod
     def _score_one(out: spb.PodScoreResult, fw: Framework, pod, snap, mine: np.ndarray, rows: np.ndarray) -> None:

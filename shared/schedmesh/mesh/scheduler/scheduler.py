@@ -29,7 +29,7 @@ from typing import Optional
 from opentelemetry import trace
 
 from schedmesh.api import convert
-from schedmesh.api.types import Node, Pod
+from schedmesh.api.types import Node, Pod, same_but_status
 from schedmesh.bus import EventConsumer, EventProducer, watcher_options
 from schedmesh.bus.consumer import watcher_fetch_interval_ms
 from schedmesh.framework.runtime import Framework, build_frameworks
@@ -86,7 +86,8 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
             # PostFilter computed here (for its message) asks the extenders too, as explain does.
             fw.services["extenders"] = list(cfg.extenders)
             trace_method(fw, "run_pre_filter", "prefilter")
-        self.evaluator = TracedEvaluator(cfg.filter_workers, cfg.score_workers, self._view, timeout=cfg.shard_timeout)
+        self.evaluator = TracedEvaluator(cfg.filter_workers, cfg.score_workers, self._shard_view,
+                                         timeout=cfg.shard_timeout, encode=self._encode_for_shards)
         kw = {} if cfg.percentage_of_nodes_to_score is None else {"percentage_of_nodes_to_score": cfg.percentage_of_nodes_to_score}
         # Extenders filter and prioritize in this process, after the shards (as in explain).
         self.algo = SchedulingAlgorithm(tie_break=cfg.tie_break, evaluator=self.evaluator, extenders=cfg.extenders, **kw)
@@ -165,6 +166,9 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self._thread.start()
         self._bind_thread = threading.Thread(target=self._binding_loop, name="binding-cycle", daemon=True)
         self._bind_thread.start()
+        if self.evaluator.sharded:  # the shards get the cluster now, and changes while idle
+            threading.Thread(target=self.evaluator.keep_fed, args=(self.cache.lock, lambda: self.cache.snapshot,
+                                                                   self._stop), name="shard-feed", daemon=True).start()
 
     async def follow(self) -> None:
         """Apply state records on a worker thread (the cycle may hold cache.lock for a while)."""
@@ -369,7 +373,31 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         if kind == "pod" and new is None and old is not None and old.scheduler_name in self.frameworks:
             self.store.forget(TOPIC_PODS, [old.uid])
 
-    # ---- the ClusterView sent to the shards --------------------------------------------
+    # ---- the ClusterView sent to the shards and the preemption service ------------------
+    def _shard_view(self) -> spb.ClusterView:
+        """What the shards need besides their feeds (mesh/shard_feed.py): the nominated pods."""
+        v = spb.ClusterView(client_id=self.cfg.client_id)
+        self._add_nominated(v)
+        return v
+
+    def _encode_for_shards(self, pod: Pod) -> bytes:
+        """A pod for the shards' feeds: an assumed one as decoded from its record (kept for its
+        binding), others encoded."""
+        with self._assumed_lock:
+            a = self.assumed.get(pod.uid)
+        if a is not None and (a.pod is pod or same_but_status(a.pod, pod)):  # (the assumed copy: bound)
+            if a.proto is None:
+                a.proto = convert.pod_to_proto(pod)
+            return a.proto.SerializeToString()
+        return convert.pod_to_proto(pod).SerializeToString()
+
+    def _add_nominated(self, v: spb.ClusterView) -> None:
+        # Pods nominated by preemption count on their node in the shards' filters, as in
+        # kube's RunFilterPluginsWithNominatedPods.
+        for node in self.queue.nominated_node_names():
+            for pi in self.queue.nominated_pods_for_node(node):
+                v.nominated.add(pod=convert.pod_to_proto(pi.pod), node_name=node)
+
     def _view(self) -> spb.ClusterView:
         v = spb.ClusterView(client_id=self.cfg.client_id, offsets=self.cache.view_offsets())
         with self._assumed_lock:
@@ -379,11 +407,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                 a.proto = convert.pod_to_proto(a.pod)
             v.assumed.add(pod=a.proto, node_name=a.node)
         self.waiting_pods.iterate(lambda wp: v.waiting_uids.append(wp.pod.uid))
-        # Pods nominated by preemption count on their node in the shards' filters, as in
-        # kube's RunFilterPluginsWithNominatedPods.
-        for node in self.queue.nominated_node_names():
-            for pi in self.queue.nominated_pods_for_node(node):
-                v.nominated.add(pod=convert.pod_to_proto(pi.pod), node_name=node)
+        self._add_nominated(v)
         return v
 
 

@@ -1,0 +1,229 @@
+"""The cluster a shard evaluates on, fed by its caller: the caller's snapshot, as changes.
+
+A shard used to replicate the whole cluster from the topics (every pod record of every pod,
+decoded on every shard, a Kafka consumer each) and overlay the caller's in-flight pods sent with
+every request. A shard only needs what the caller's cycle reads: nodes in the caller's order, the
+pods on them, namespaces' labels. So the caller sends that, with each request, as the changes
+since the previous request to that shard (`ShardFeed`): node additions, updates and removals in
+their order, the nodes whose pods changed with their pods now, each pod's spec once.
+
+Exactness: the shard's snapshot after a feed is the caller's snapshot when it took the feed,
+but for what no Filter or Score plugin reads (a pod's binding and status, the order of a node's
+pods); the node order is checked (the feed's crc32 of it). Feeds apply in their order: a request
+whose feed follows one the shard has not received yet waits for it. A shard that restarted, or
+missed a feed, refuses; the caller then sends the whole cluster (`ShardFeed.reset`).
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional
+
+from schedmesh.api import convert
+from schedmesh.api.types import Pod, same_but_status
+from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
+from schedmesh.v1 import objects_pb2 as pb
+from schedmesh.v1 import scheduling_pb2 as spb
+
+
+def encode_pod(pod: Pod) -> bytes:
+    return convert.pod_to_proto(pod).SerializeToString()
+
+
+def encode_node(node) -> bytes:
+    return convert.node_to_proto(node).SerializeToString()
+
+
+class ShardFeed:
+    """The caller's side of one shard's feed: what that shard was sent, and the changes since.
+    `take` is called under the lock the snapshot's writers take."""
+
+    def __init__(self, encode: Callable[[Pod], bytes] = encode_pod,
+                 encode_node: Callable[[object], bytes] = encode_node) -> None:
+        self.feeder = uuid.uuid4().hex  # this process's feed: a shard that knows another starts over
+        self.encode, self.encode_node = encode, encode_node
+        self.sent_at = 0.0  # time.monotonic() of the last take
+        self.generation = 0
+        self._snapshot: Optional[Snapshot] = None
+        self._changes: Optional[SnapshotChanges] = None
+        self._sent: dict[str, Pod] = {}  # uid -> the copy of the pod the shard was sent
+        self._rows: dict[str, list[str]] = {}  # node -> the uids the shard was told are on it
+        self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        """The shard may not have applied what it was sent (a failed call): send it all next."""
+        with self._lock:
+            if self._snapshot is not None and self._changes is not None:
+                self._snapshot.unwatch(self._changes)
+            self._snapshot = self._changes = None
+
+    def pending(self, snapshot: Snapshot) -> bool:
+        """Whether the next feed would carry anything (the whole cluster, or changes)."""
+        c = self._changes
+        return (snapshot is not self._snapshot or c is None or bool(c.pod_nodes) or bool(c.node_ops)
+                or c.namespaces_changed)
+
+    def take(self, snapshot: Snapshot, out: spb.ShardFeed) -> None:
+        """Fill `out` with what changed in `snapshot` since the previous feed (everything when the
+        shard is to start over)."""
+        with self._lock:
+            out.feeder = self.feeder
+            if snapshot is not self._snapshot:
+                if self._snapshot is not None and self._changes is not None:
+                    self._snapshot.unwatch(self._changes)
+                self._snapshot = snapshot
+                self._changes = snapshot.watch_changes(ignore_status_updates=True, by_name=True)
+                self._sent, self._rows = {}, {}
+                out.from_generation = 0
+                infos = snapshot.node_info_list
+                for ni in infos:
+                    out.node_ops.add(node=self.encode_node(ni.node))
+                nodes = [ni.name for ni in infos if ni.pods]
+                namespaces = True
+            else:
+                c = self._changes
+                out.from_generation = self.generation
+                nodes = c.pod_nodes
+                for removed, name in c.node_ops:
+                    if removed:
+                        out.node_ops.add(removed=name)
+                        self._forget_row(name)
+                    else:
+                        ni = snapshot.get(name)
+                        if ni is not None:  # (removed again later in this feed)
+                            out.node_ops.add(node=self.encode_node(ni.node))
+                            nodes.add(name)  # a node added again takes back its pods: say which
+                namespaces = c.namespaces_changed
+                c.pod_nodes, c.node_ops, c.namespaces_changed, c.rows = set(), [], False, set()
+                c.beyond_rows = False
+            if namespaces:
+                out.namespaces_changed = True
+                for name, labels in snapshot.namespace_labels.items():
+                    out.namespaces.add(name=name, labels=labels)
+            for name in nodes:
+                ni = snapshot.get(name)
+                if ni is None:
+                    continue
+                row = out.rows.add(node=name)
+                uids = []
+                for pi in ni.pods:
+                    pod = pi.pod
+                    uid = pod.meta.uid
+                    uids.append(uid)
+                    sent = self._sent.get(uid)
+                    if sent is not pod:
+                        if sent is None or not same_but_status(sent, pod):
+                            out.pods.append(self.encode(pod))
+                        self._sent[uid] = pod
+                row.uids.extend(uids)
+                before = self._rows.get(name)
+                self._rows[name] = uids
+                if before:
+                    gone = set(before).difference(uids)
+                    for uid in gone:
+                        if snapshot.node_of(uid) is None:
+                            self._sent.pop(uid, None)
+            self.generation += 1
+            out.generation = self.generation
+            self.sent_at = time.monotonic()
+            out.order_digest = snapshot.cols.order_digest
+
+    def _forget_row(self, name: str) -> None:
+        # The shard keeps a removed node's pods aside, as the snapshot does, until it comes back.
+        self._rows.pop(name, None)
+
+
+class FeedRefused(Exception):
+    """This shard cannot apply the feed (it has not the one the feed follows): the caller
+    sends the whole cluster again."""
+
+
+class FedCluster:
+    """A shard's copy of its caller's snapshot, kept by the caller's feeds (see the module)."""
+
+    def __init__(self, wait_timeout: float = 5.0) -> None:
+        self.snapshot = Snapshot()
+        self.feeder = ""
+        self.generation = 0
+        self.wait_timeout = wait_timeout
+        self._pods: dict[str, Pod] = {}  # uid -> the pod as sent, for every pod on a node
+        self._cond = threading.Condition(threading.RLock())
+        self.applied = 0  # feeds applied (tests, the log)
+
+    @contextmanager
+    def at(self, feed: spb.ShardFeed) -> Iterator[Snapshot]:
+        """The snapshot as the caller had it when it took `feed` (applied here once the feeds
+        before it are), held for the caller's evaluation: no other feed applies meanwhile."""
+        with self._cond:
+            if feed.from_generation == 0:
+                if feed.feeder == self.feeder and feed.generation <= self.generation:
+                    raise FeedRefused(f"a whole-cluster feed older ({feed.generation}) than the one "
+                                      f"applied ({self.generation})")
+            else:
+                deadline = time.monotonic() + self.wait_timeout
+                while not (feed.feeder == self.feeder and self.generation >= feed.from_generation):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise FeedRefused(f"feed {feed.from_generation} -> {feed.generation} of {feed.feeder} "
+                                          f"does not follow what this shard has ({self.generation} of "
+                                          f"{self.feeder or 'nobody'})")
+                    self._cond.wait(left)
+                if self.generation != feed.from_generation:
+                    raise FeedRefused(f"feed {feed.from_generation} -> {feed.generation} is behind this shard "
+                                      f"({self.generation})")
+            try:
+                self._apply(feed)
+            except Exception as e:
+                self.feeder = ""  # half applied: only a whole-cluster feed may follow
+                raise FeedRefused(f"feed {feed.from_generation} -> {feed.generation} not applied: {e!r}") from e
+            finally:
+                self._cond.notify_all()
+            if self.snapshot.cols.order_digest != feed.order_digest:
+                self.feeder = ""
+                raise FeedRefused(f"node order differs from the caller's after feed {feed.generation} "
+                                  f"({self.snapshot.cols.order_digest} != {feed.order_digest})")
+            yield self.snapshot
+
+    def _apply(self, feed: spb.ShardFeed) -> None:
+        if feed.from_generation == 0:
+            self.snapshot, self._pods = Snapshot(), {}
+        snap = self.snapshot
+        for op in feed.node_ops:
+            if op.removed:
+                snap.remove_node(op.removed)
+            else:
+                snap.add_node(convert.node_from_proto(pb.Node.FromString(op.node)))
+        if feed.namespaces_changed:
+            names = {ns.name for ns in feed.namespaces}
+            for gone in [n for n in snap.namespace_labels if n not in names]:
+                snap.set_namespace_labels(gone, None)
+            for ns in feed.namespaces:
+                snap.set_namespace_labels(ns.name, dict(ns.labels))
+        sent: dict[str, Pod] = {}
+        for b in feed.pods:
+            pod = convert.pod_from_proto(pb.Pod.FromString(b))
+            sent[pod.meta.uid] = pod
+        left: list[str] = []
+        for row in feed.rows:
+            ni = snap.get(row.node)
+            uids = set(row.uids)
+            if ni is not None:
+                for pi in list(ni.pods):
+                    uid = pi.pod.meta.uid
+                    if uid not in uids:
+                        snap.remove_pod(pi.pod)
+                        left.append(uid)
+            for uid in row.uids:
+                pod = sent.get(uid)
+                if pod is not None:
+                    self._pods[uid] = pod
+                    snap.add_pod(pod, row.node)
+                elif snap.node_of(uid) != row.node:
+                    snap.add_pod(self._pods[uid], row.node)  # moved here, unchanged
+        for uid in left:
+            if snap.node_of(uid) is None:
+                self._pods.pop(uid, None)
+        self.feeder, self.generation = feed.feeder, feed.generation
+        self.applied += 1

@@ -1,0 +1,139 @@
+"""A shard's snapshot, kept by its caller's feeds, is the caller's: the same nodes in the same
+order, the same pods on them, the same namespaces; feeds apply in their order; a shard that cannot
+apply one refuses, and the whole cluster follows."""
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+
+from schedmesh.api.types import PodCondition
+from schedmesh.bench.workloads import make_node, make_pod
+from schedmesh.cache.snapshot import Snapshot
+from schedmesh.mesh.shard_feed import FedCluster, FeedRefused, ShardFeed
+from schedmesh.v1 import scheduling_pb2 as spb
+
+
+def state_of(snap: Snapshot) -> tuple:
+    rows = [(ni.name, ni.node.meta.labels, sorted(pi.pod.meta.uid for pi in ni.pods),
+             ni.requested.milli_cpu, ni.requested.memory, len(ni.pods)) for ni in snap.node_info_list]
+    return rows, snap.cols.order_digest, dict(snap.namespace_labels)
+
+
+def take(feed: ShardFeed, snap: Snapshot) -> spb.ShardFeed:
+    out = spb.ShardFeed()
+    feed.take(snap, out)
+    return out
+
+
+def apply(shard: FedCluster, f: spb.ShardFeed) -> Snapshot:
+    with shard.at(f) as snap:
+        return snap
+
+
+def cluster() -> Snapshot:
+    snap = Snapshot([make_node(i, zone=None) for i in range(9)])
+    for i in range(12):
+        snap.add_pod(make_pod(f"p{i}"), f"node-{i % 7:05d}")
+    snap.set_namespace_labels("team-a", {"team": "a"})
+    return snap
+
+
+def test_the_first_feed_carries_the_whole_cluster_and_the_next_only_what_changed():
+    qm, feed, shard = cluster(), ShardFeed(), FedCluster()
+    first = take(feed, qm)
+    assert first.from_generation == 0 and len(first.node_ops) == 9 and len(first.pods) == 12
+    assert state_of(apply(shard, first)) == state_of(qm)
+
+    qm.add_pod(make_pod("new", cpu="700m"), "node-00008")
+    gone = next(pi.pod for pi in qm.get("node-00001").pods)
+    qm.remove_pod(gone)
+    delta = take(feed, qm)
+    assert delta.from_generation == first.generation and not delta.node_ops
+    assert sorted(r.node for r in delta.rows) == ["node-00001", "node-00008"] and len(delta.pods) == 1
+    assert state_of(apply(shard, delta)) == state_of(qm)
+
+
+def test_a_binding_or_status_sends_no_pod_and_a_spec_change_sends_it_again():
+    qm, feed, shard = cluster(), ShardFeed(), FedCluster()
+    apply(shard, take(feed, qm))
+    ni = qm.get("node-00002")
+    pod = ni.pods[0].pod
+    running = dataclasses.replace(pod, phase="Running", conditions=[PodCondition("Ready", "True")])
+    qm.add_pod(running, "node-00002")
+    other = make_pod("other")
+    qm.add_pod(other, "node-00002")  # the row is sent again; the Running pod is not
+    delta = take(feed, qm)
+    assert [r.node for r in delta.rows] == ["node-00002"] and len(delta.pods) == 1
+    assert state_of(apply(shard, delta)) == state_of(qm)
+    bigger = make_pod(other.meta.name, cpu="2")
+    bigger.meta.uid = other.meta.uid
+    qm.add_pod(bigger, "node-00002")
+    delta = take(feed, qm)
+    assert len(delta.pods) == 1
+    assert state_of(apply(shard, delta)) == state_of(qm)
+
+
+def test_node_changes_keep_the_callers_node_order():
+    qm, feed, shard = cluster(), ShardFeed(), FedCluster()
+    apply(shard, take(feed, qm))
+    relabelled = make_node(3, zone=None)
+    relabelled.meta.labels["disk"] = "ssd"
+    qm.update_node(relabelled)
+    qm.remove_node("node-00001")  # its pods wait for it, as the caller's do
+    qm.add_node(make_node(20, zone=None))
+    qm.add_node(make_node(1, zone="zone-z"))  # back, in a zone of its own: the order changes
+    qm.set_namespace_labels("team-a", None)
+    qm.set_namespace_labels("team-b", {"team": "b"})
+    delta = take(feed, qm)
+    assert delta.namespaces_changed and len(delta.node_ops) == 4
+    assert state_of(apply(shard, delta)) == state_of(qm)
+    qm.remove_node("node-00005")
+    assert state_of(apply(shard, take(feed, qm))) == state_of(qm)
+
+
+def test_feeds_apply_in_their_order():
+    qm, feed, shard = cluster(), ShardFeed(), FedCluster()
+    apply(shard, take(feed, qm))
+    qm.add_pod(make_pod("a"), "node-00000")
+    first = take(feed, qm)
+    qm.add_pod(make_pod("b"), "node-00000")
+    second = take(feed, qm)
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(state_of(apply(shard, second))))
+    t.start()  # waits for `first`
+    t.join(0.2)
+    assert t.is_alive() and not seen
+    apply(shard, first)
+    t.join(5)
+    assert seen == [state_of(qm)]
+
+
+def test_a_shard_that_missed_a_feed_refuses_and_the_whole_cluster_follows():
+    qm, feed, shard = cluster(), ShardFeed(), FedCluster(wait_timeout=0.1)
+    apply(shard, take(feed, qm))
+    qm.add_pod(make_pod("lost"), "node-00000")
+    take(feed, qm)  # never arrives
+    qm.add_pod(make_pod("next"), "node-00001")
+    with pytest.raises(FeedRefused, match="does not follow"):
+        apply(shard, take(feed, qm))
+    feed.reset()  # what the caller does when a call fails
+    again = take(feed, qm)
+    assert again.from_generation == 0
+    assert state_of(apply(shard, again)) == state_of(qm)
+    # A restarted shard knows no feed: it refuses a delta; a new caller starts over.
+    with pytest.raises(FeedRefused):
+        qm.add_pod(make_pod("later"), "node-00002")
+        apply(FedCluster(wait_timeout=0.1), take(feed, qm))
+    assert state_of(apply(shard, take(ShardFeed(), qm))) == state_of(qm)
+
+
+def test_a_stale_whole_cluster_feed_is_refused():
+    qm, feed, shard = cluster(), ShardFeed(), FedCluster()
+    old = take(feed, qm)
+    feed.reset()
+    newer = take(feed, qm)
+    apply(shard, newer)
+    with pytest.raises(FeedRefused, match="older"):
+        apply(shard, old)
