@@ -101,5 +101,5 @@ def _topic_writers() -> dict[str, frozenset[str]]:
 
 
 #: Kafka topic -> the identities that may write it (Apache Kafka ACLs in compose and Kubernetes:
-#: schedmesh.security.kafka_acls). Every service may read every topic.
+#: schedmesh.security.kafka_acls). Every service but the shards (fed by the queue-manager) may read every topic.
 TOPIC_WRITERS: dict[str, frozenset[str]] = _topic_writers()
