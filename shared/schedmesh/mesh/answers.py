@@ -30,12 +30,15 @@ NOT_EVALUATED = -2  # outside the pod's PreFilter narrowing (or not answered)
 PER_NODE_ROWS = 4
 
 
+def node_local(fw: Framework, pod) -> bool:
+    """Whether every plugin of `pod`'s profile is node-local for it (framework/interface.py)."""
+    return all(p.node_local(pod) for p in fw.plugins.values())
+
+
 def batchable(fw: Framework, pod) -> bool:
     """Whether `pod` may be evaluated in a batch: every plugin of its profile is node-local for
     it, and it has no nominated node (kube tries that node alone first)."""
-    if pod.nominated_node_name:
-        return False
-    return all(p.node_local(pod) for p in fw.plugins.values())
+    return not pod.nominated_node_name and node_local(fw, pod)
 
 
 def nominations(nominator: Optional[Nominator]) -> frozenset:

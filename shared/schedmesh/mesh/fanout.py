@@ -32,7 +32,7 @@ from schedmesh.api import convert
 from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh import batch as batching
-from schedmesh.mesh.answers import nominations
+from schedmesh.mesh.answers import node_local, nominations
 from schedmesh.mesh.replicas import ReplicaEvaluator
 from schedmesh.mesh.runtime import GRPC_OPTIONS
 from schedmesh.mesh.shard_feed import ShardFeed, encode_node, encode_pod
@@ -64,8 +64,12 @@ class FanOutEvaluator(ReplicaEvaluator):
         # Each pod and node encoded once for all feeds: uid or name -> (object, its bytes)
         self._encoded: dict[str, tuple[object, bytes]] = {}
         self._encoded_nodes: dict[str, tuple[object, bytes]] = {}
-        self.filter_feeds = [ShardFeed(self._encode_once, self._encode_node_once) for _ in self.filter_stubs]
-        self.score_feeds = [ShardFeed(self._encode_once, self._encode_node_once) for _ in self.score_stubs]
+        # Shard i of n is sent its own nodes' pods and other nodes' pods with affinity terms: it
+        # is asked about node-local pods only (others are evaluated here).
+        self.filter_feeds = [ShardFeed(self._encode_once, self._encode_node_once, i, len(self.filter_stubs))
+                             for i in range(len(self.filter_stubs))]
+        self.score_feeds = [ShardFeed(self._encode_once, self._encode_node_once, i, len(self.score_stubs))
+                            for i in range(len(self.score_stubs))]
         # Blocking calls on long-lived threads: grpc's `.future()` starts a channel spin
         # thread for a call when none is running, which cost milliseconds per fan-out.
         # Twice the shards: a batch being prepared and a pod asking alone may overlap.
@@ -224,7 +228,7 @@ class FanOutEvaluator(ReplicaEvaluator):
             got = self._batch.filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
             if got is not None:
                 return got
-        if not self.filter_stubs:
+        if not self.filter_stubs or not node_local(fw, pod):  # (the shards hold what node-local pods read)
             return super().filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
         cols = snapshot.cols
         evaluate_all = to_find >= len(ordered)
@@ -276,7 +280,7 @@ class FanOutEvaluator(ReplicaEvaluator):
             got = self._batch.raw_scores(fw, state, pod, snapshot, rows)
             if got is not None:
                 return got
-        if not self.score_stubs:  # (answers kept for replicas only where this process filtered)
+        if not self.score_stubs or not node_local(fw, pod):  # (answers kept for replicas only where this process filtered)
             return super().raw_scores(fw, state, pod, snapshot, rows)
         cols = snapshot.cols
         req = spb.ScoreRequest(pod=convert.pod_to_proto(pod), scheduler_name=fw.name, view=self.view_fn(),

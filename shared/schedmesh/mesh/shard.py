@@ -19,9 +19,10 @@ from schedmesh.api import convert
 from schedmesh.cache.node_info import PodInfo
 from schedmesh.framework.interface import CycleState, PluginError
 from schedmesh.framework.runtime import Framework, Nominator
+from schedmesh.mesh.answers import node_local
 from schedmesh.mesh.batch import bitmap_bytes, encode_raw, rows_bytes
 from schedmesh.mesh.partition import shard_of
-from schedmesh.mesh.shard_feed import FedCluster
+from schedmesh.mesh.shard_feed import FedCluster, FeedRefused
 from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm, rotated
 from schedmesh.telemetry import extract_grpc_metadata, k8s_attributes
 from schedmesh.v1 import scheduling_pb2 as spb
@@ -88,6 +89,11 @@ class NodeShard:
 
     def _evaluate(self, view: spb.ClusterView, evaluate, pods: int = 1):
         """`evaluate(snapshot)` on the caller's snapshot as `view`'s feed gives it."""
+        feed = view.shard_feed
+        if feed.shard_count and (feed.shard_count, feed.shard_index) != (self.shard_count, self.shard_index):
+            raise FeedRefused(f"{self.name} is shard {self.shard_index} of {self.shard_count}, but was fed "
+                              f"as shard {feed.shard_index} of {feed.shard_count} (the caller lists its "
+                              "shards in another order than their --shard indices)")
         t0 = time.perf_counter()
         with self.cluster.at(view.shard_feed) as snap:
             t1 = time.perf_counter()
@@ -96,12 +102,18 @@ class NodeShard:
             finally:
                 self._account(t1 - t0, time.perf_counter() - t1, pods)
 
+    def _only_node_local(self, view: spb.ClusterView, fw: Framework, pod) -> None:
+        if view.shard_feed.shard_count and not node_local(fw, pod):
+            raise ValueError(f"{self.name} holds other shards' nodes' pods with affinity terms only: "
+                             f"pod {pod.meta.namespace}/{pod.meta.name} is not node-local, its caller evaluates it")
+
     def filter(self, req: spb.FilterRequest) -> spb.FilterResponse:
         fw = self._framework(req.scheduler_name)
-        return self._evaluate(req.view, lambda snap: self._filter(fw, req, snap))
-
-    def _filter(self, fw: Framework, req: spb.FilterRequest, snap) -> spb.FilterResponse:
         pod = convert.pod_from_proto(req.pod)
+        self._only_node_local(req.view, fw, pod)
+        return self._evaluate(req.view, lambda snap: self._filter(fw, req, pod, snap))
+
+    def _filter(self, fw: Framework, req: spb.FilterRequest, pod, snap) -> spb.FilterResponse:
         resp = spb.FilterResponse(shard=self.name)
         state = CycleState()
         pre_res, st, narrowing = fw.run_pre_filter(state, pod, snap)
@@ -148,10 +160,11 @@ class NodeShard:
 
     def score(self, req: spb.ScoreRequest) -> spb.ScoreResponse:
         fw = self._framework(req.scheduler_name)
-        return self._evaluate(req.view, lambda snap: self._score(fw, req, snap))
-
-    def _score(self, fw: Framework, req: spb.ScoreRequest, snap) -> spb.ScoreResponse:
         pod = convert.pod_from_proto(req.pod)
+        self._only_node_local(req.view, fw, pod)
+        return self._evaluate(req.view, lambda snap: self._score(fw, req, pod, snap))
+
+    def _score(self, fw: Framework, req: spb.ScoreRequest, pod, snap) -> spb.ScoreResponse:
         cols = snap.cols
         state = CycleState()
         fw.run_pre_filter(state, pod, snap)  # some PreScore steps read PreFilter state
@@ -181,8 +194,9 @@ class NodeShard:
             nominator = RequestNominator(req.view.nominated)
             for bp in req.pods:
                 with _pod_span("filter", bp):
-                    self._filter_one(resp.results.add(), self._framework(bp.scheduler_name),
-                                     convert.pod_from_proto(bp.pod), snap, mine, nominator)
+                    fw, pod = self._framework(bp.scheduler_name), convert.pod_from_proto(bp.pod)
+                    self._only_node_local(req.view, fw, pod)
+                    self._filter_one(resp.results.add(), fw, pod, snap, mine, nominator)
             return resp
         return self._evaluate(req.view, evaluate, len(req.pods))
 
@@ -226,8 +240,9 @@ class NodeShard:
             mine = self._my_mask(snap)
             for bp in req.pods:
                 with _pod_span("score", bp):
-                    self._score_one(resp.results.add(), self._framework(bp.scheduler_name),
-                                    convert.pod_from_proto(bp.pod), snap, mine,
+                    fw, pod = self._framework(bp.scheduler_name), convert.pod_from_proto(bp.pod)
+                    self._only_node_local(req.view, fw, pod)
+                    self._score_one(resp.results.add(), fw, pod, snap, mine,
                                     np.frombuffer(bp.rows, "<i4").astype(np.int64))
             return resp
         return self._evaluate(req.view, evaluate, len(req.pods))

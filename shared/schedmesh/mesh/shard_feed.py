@@ -2,14 +2,19 @@
 
 A shard used to replicate the whole cluster from the topics (every pod record of every pod,
 decoded on every shard, a Kafka consumer each) and overlay the caller's in-flight pods sent with
-every request. A shard only needs what the caller's cycle reads: nodes in the caller's order, the
-pods on them, namespaces' labels. So the caller sends that, with each request, as the changes
-since the previous request to that shard (`ShardFeed`): node additions, updates and removals in
-their order, the nodes whose pods changed with their pods now, each pod's spec once.
+every request. A shard only needs what its Filter and Score read: nodes in the caller's order,
+namespaces' labels, the pods on its own nodes and, of other nodes' pods, those with affinity
+terms (a node-local pod, the only kind a shard is asked about, is judged by the pods of the node
+itself and by existing pods' affinity terms: framework/interface.py, InterPodAffinity). So the
+caller sends that, with each request, as the changes since the previous request to that shard
+(`ShardFeed`): node additions, updates and removals in their order, the nodes whose pods (as
+this shard sees them) changed with their pods now, each pod's spec once. Each shard then decodes
+and keeps about 1/N of the pods.
 
-Exactness: the shard's snapshot after a feed is the caller's snapshot when it took the feed,
-but for what no Filter or Score plugin reads (a pod's binding and status, the order of a node's
-pods); the node order is checked (the feed's crc32 of it). Feeds apply in their order: a request
+Exactness: for node-local pods, the shard's snapshot after a feed is the caller's snapshot when
+it took the feed, but for what no Filter or Score plugin reads of them (a pod's binding and
+status, the order of a node's pods, other nodes' pods without affinity terms); the node order is
+checked (the feed's crc32 of it). Feeds apply in their order: a request
 whose feed follows one the shard has not received yet waits for it. A shard that restarted, or
 missed a feed, refuses; the caller then sends the whole cluster (`ShardFeed.reset`).
 """
@@ -23,7 +28,9 @@ from typing import Callable, Iterator, Optional
 
 from schedmesh.api import convert
 from schedmesh.api.types import Pod, same_but_status
+from schedmesh.cache.node_info import pod_with_affinity
 from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
+from schedmesh.mesh.partition import shard_of
 from schedmesh.v1 import objects_pb2 as pb
 from schedmesh.v1 import scheduling_pb2 as spb
 
@@ -41,9 +48,12 @@ class ShardFeed:
     `take` is called under the lock the snapshot's writers take."""
 
     def __init__(self, encode: Callable[[Pod], bytes] = encode_pod,
-                 encode_node: Callable[[object], bytes] = encode_node) -> None:
+                 encode_node: Callable[[object], bytes] = encode_node,
+                 shard_index: int = 0, shard_count: int = 0) -> None:
+        """`shard_count` 0: every node's pods (a shard that may be asked about any pod)."""
         self.feeder = uuid.uuid4().hex  # this process's feed: a shard that knows another starts over
         self.encode, self.encode_node = encode, encode_node
+        self.shard_index, self.shard_count = shard_index, shard_count
         self.sent_at = 0.0  # time.monotonic() of the last take
         self.generation = 0
         self._snapshot: Optional[Snapshot] = None
@@ -102,13 +112,21 @@ class ShardFeed:
                 out.namespaces_changed = True
                 for name, labels in snapshot.namespace_labels.items():
                     out.namespaces.add(name=name, labels=labels)
+            count, index = self.shard_count, self.shard_index
+            out.shard_index, out.shard_count = index, count
             for name in nodes:
                 ni = snapshot.get(name)
                 if ni is None:
                     continue
-                row = out.rows.add(node=name)
+                if count and shard_of(name, count) != index:
+                    infos = ni.pods_with_affinity  # all this shard reads of another shard's node
+                    before = self._rows.get(name)
+                    if [pi.pod.meta.uid for pi in infos] == (before or []):
+                        continue  # nothing this shard reads changed there
+                else:
+                    infos = ni.pods
                 uids = []
-                for pi in ni.pods:
+                for pi in infos:
                     pod = pi.pod
                     uid = pod.meta.uid
                     uids.append(uid)
@@ -117,7 +135,7 @@ class ShardFeed:
                         if sent is None or not same_but_status(sent, pod):
                             out.pods.append(self.encode(pod))
                         self._sent[uid] = pod
-                row.uids.extend(uids)
+                out.rows.add(node=name, uids=uids)
                 before = self._rows.get(name)
                 self._rows[name] = uids
                 if before:

@@ -137,3 +137,66 @@ def test_a_stale_whole_cluster_feed_is_refused():
     apply(shard, newer)
     with pytest.raises(FeedRefused, match="older"):
         apply(shard, old)
+
+
+def anti_affinity_pod(name: str) -> "Pod":
+    from schedmesh.api.types import Affinity, LabelSelector, PodAffinity, PodAffinityTerm
+    pod = make_pod(name, labels={"app": "db"})
+    term = PodAffinityTerm(topology_key="topology.kubernetes.io/zone", label_selector=LabelSelector({"app": "db"}))
+    pod.affinity = Affinity(None, None, PodAffinity(required=[term]))
+    return pod
+
+
+def test_a_shard_is_fed_its_own_nodes_pods_and_elsewhere_only_pods_with_affinity_terms():
+    from schedmesh.mesh.partition import shard_of
+    qm = cluster()
+    qm.add_pod(anti_affinity_pod("db-0"), "node-00004")
+    feeds = [ShardFeed(shard_index=i, shard_count=2) for i in range(2)]
+    shards = [FedCluster() for _ in range(2)]
+
+    def check():
+        for i, (feed, shard) in enumerate(zip(feeds, shards)):
+            snap = apply(shard, take(feed, qm))
+            assert snap.cols.order_digest == qm.cols.order_digest
+            for ni in qm.node_info_list:
+                got = sorted(pi.pod.meta.uid for pi in snap.get(ni.name).pods)
+                mine = shard_of(ni.name, 2) == i
+                want = sorted(pi.pod.meta.uid for pi in (ni.pods if mine else ni.pods_with_affinity))
+                assert got == want, (i, ni.name)
+                if mine:
+                    assert snap.get(ni.name).requested.milli_cpu == ni.requested.milli_cpu
+            assert len(snap.have_pods_with_required_anti_affinity()) == len(qm.have_pods_with_required_anti_affinity())
+
+    check()
+    # A pod without terms on a node of shard 0 is news to shard 0 only.
+    node0 = next(ni.name for ni in qm.node_info_list if shard_of(ni.name, 2) == 0)
+    qm.add_pod(make_pod("plain"), node0)
+    deltas = [take(f, qm) for f in feeds]
+    assert [r.node for r in deltas[0].rows] == [node0] and not deltas[1].rows
+    for shard, d in zip(shards, deltas):
+        apply(shard, d)
+    qm.add_pod(anti_affinity_pod("db-1"), node0)  # news to both
+    qm.remove_pod(next(pi.pod for pi in qm.get("node-00004").pods if pi.pod.meta.name == "db-0"))
+    check()
+
+
+def test_a_partly_fed_shard_refuses_pods_that_are_not_node_local_and_feeds_for_another_shard():
+    from schedmesh.api import convert
+    from schedmesh.framework.profile import default_profile
+    from schedmesh.framework.runtime import build_frameworks
+    from schedmesh.mesh.shard import NodeShard
+    qm = cluster()
+    shard = NodeShard(FedCluster(), build_frameworks([default_profile()]), 1, 2)
+    feed = ShardFeed(shard_index=1, shard_count=2)
+
+    def request(pod) -> spb.FilterRequest:
+        req = spb.FilterRequest(pod=convert.pod_to_proto(pod), scheduler_name="default-scheduler", evaluate_all=True)
+        feed.take(qm, req.view.shard_feed)
+        return req
+
+    assert shard.filter(request(make_pod("plain"))).feasible
+    with pytest.raises(ValueError, match="not node-local"):
+        shard.filter(request(anti_affinity_pod("db")))
+    wrong = NodeShard(FedCluster(), build_frameworks([default_profile()]), 0, 2)
+    with pytest.raises(FeedRefused, match="shard 0 of 2, but was fed as shard 1 of 2"):
+        wrong.filter(request(make_pod("plain")))

@@ -35,6 +35,8 @@ class _Servicer(sgrpc.FilterWorkerServicer, sgrpc.ScoreWorkerServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except TimeoutError as e:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+        except ValueError as e:  # a pod this shard's feed does not cover (not node-local)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         except KeyError as e:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
 
