@@ -167,8 +167,19 @@ class ScheduleOne:
             return None
 
     def _batchable(self, qpi: QueuedPodInfo) -> bool:
-        fw = self.frameworks.get(qpi.pod.scheduler_name)
-        return fw is not None and not self.cfg.extenders and batchable(fw, qpi.pod)
+        """Whether the pod may join a run (asked at its pop, its run's preparation and before the
+        next run is popped: remembered per pod object, since PodTopologySpread's answer costs a
+        default-selector lookup each time)."""
+        pod = qpi.pod
+        got = self._batchable_seen.get(id(pod))
+        if got is not None and got[0] is pod:
+            return got[1]
+        fw = self.frameworks.get(pod.scheduler_name)
+        ok = fw is not None and not self.cfg.extenders and batchable(fw, pod)
+        if len(self._batchable_seen) >= 4096:
+            self._batchable_seen.clear()
+        self._batchable_seen[id(pod)] = (pod, ok)
+        return ok
 
     def _pop_run(self) -> list[tuple[QueuedPodInfo, int]]:
         """The next pod, and with shards the node-local pods queued behind it (up to the batch

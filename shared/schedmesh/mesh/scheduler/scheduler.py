@@ -96,6 +96,8 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                                     if any(e.is_binder() for e in cfg.extenders) else None)
         self.assumed: dict[str, AssumedPod] = {}  # uid -> pods assumed, not yet seen bound
         self._early_roots: dict = {}  # uid -> attempt span started with its shard batch
+        # pod object id -> (pod, whether it may join a shard run): ScheduleOne._batchable
+        self._batchable_seen: dict[int, tuple] = {}
         # Prepares the next run's shard batch while the scheduling thread decides the current one.
         self._batch_prep = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-batch")
         self._assumed_lock = threading.Lock()

@@ -231,13 +231,14 @@ def build_default_constraints(defaults: Sequence[TopologySpreadConstraint], pod:
                               sources: SelectorSources) -> list[SpreadConstraint]:
     """buildDefaultConstraints: the default constraints for `action`, all with the deduced
     selector; none when that selector is empty."""
-    constraints = filter_constraints(defaults, pod.meta.labels, action)
-    if not constraints:
+    # The selector first: for most pods (no Service or controller selects them) it is empty, and
+    # the constraints need not be built (a twentieth of a replica's cycle, asked several times).
+    if not any(c.when_unsatisfiable == action for c in defaults):
         return []
     selector = default_selector(pod, sources)
     if selector.is_empty():
         return []
-    return [c.with_selector(selector) for c in constraints]
+    return [c.with_selector(selector) for c in filter_constraints(defaults, pod.meta.labels, action)]
 
 
 # ---------------------------------------------------------------------------------------------

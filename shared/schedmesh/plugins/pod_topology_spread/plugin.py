@@ -23,7 +23,7 @@ from schedmesh.plugins.pod_topology_spread.args import SYSTEM_DEFAULTING, PodTop
 from schedmesh.plugins.pod_topology_spread.common import (DO_NOT_SCHEDULE, HONOR, NO_SELECTOR_SOURCES,
                                                           SCHEDULE_ANYWAY, SYSTEM_DEFAULT_CONSTRAINTS,
                                                           SelectorSources, SpreadConstraint,
-                                                          build_default_constraints, filter_constraints,
+                                                          build_default_constraints, default_selector, filter_constraints,
                                                           node_labels_match_constraints,
                                                           pod_labels_match_constraints, selector_matches)
 from schedmesh.plugins.pod_topology_spread.filtering import (ERR_REASON_CONSTRAINTS_NOT_MATCH,
@@ -72,7 +72,11 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
     def node_local(self, pod: Pod) -> bool:
         # Spreading counts pods across a whole domain; a pod with no constraint (own or
         # default) has nothing to count.
-        return not self.constraints_for(pod, DO_NOT_SCHEDULE) and not self.constraints_for(pod, SCHEDULE_ANYWAY)
+        if pod.topology_spread_constraints:
+            return not self.constraints_for(pod, DO_NOT_SCHEDULE) and not self.constraints_for(pod, SCHEDULE_ANYWAY)
+        # Default constraints apply, for either action, exactly when some exist and the
+        # selector deduced for the pod is not empty: one selector instead of two.
+        return not self.default_constraints or default_selector(pod, self.selector_sources).is_empty()
 
     def get_constraints(self, pod: Pod) -> list[SpreadConstraint]:
         """getConstraints: the hard (DoNotSchedule) ones."""

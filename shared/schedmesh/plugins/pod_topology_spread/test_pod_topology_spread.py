@@ -3,6 +3,7 @@ plugin_test.go re-expressed; cases for the feature-gate-disabled variants are le
 v1.35 has those gates on), edge cases, bulk-vs-per-node agreement and the golden scenarios."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -14,6 +15,7 @@ import pytest
 
 from schedmesh.api.labels import LabelSelector, LabelSelectorRequirement
 from schedmesh.api.load import load_text
+from schedmesh.api.types import TopologySpreadConstraint
 from schedmesh.cache.node_info import PodInfo
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.events import ActionType, EventResource, QueueingHint
@@ -1233,6 +1235,22 @@ def test_default_constraints_selector(case):
     for attr, value in case["want"]:
         assert getattr(cs[0].selector, attr) == value
     assert pl.constraints_for(the_pod(case["pod"]), DNS) == []
+
+
+@pytest.mark.parametrize("case", DEFAULT_SELECTOR_CASES, ids=[c["id"] for c in DEFAULT_SELECTOR_CASES])
+@pytest.mark.parametrize("args", [{}, {"defaultingType": "List", "defaultConstraints": []},
+                                  {"defaultingType": "List", "defaultConstraints": [
+                                      {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule"}]}],
+                         ids=["system defaults", "no defaults", "listed hard default"])
+def test_node_local_exactly_when_no_constraint_applies(case, args):
+    """node_local (the mesh's batches and shard feeds) is True exactly when the pod has no
+    constraint of either action, its own or a default one, however it is worked out."""
+    pl = PodTopologySpread({**args, "selectorSources": case["sources"]})
+    p = the_pod(case["pod"])
+    assert pl.node_local(p) == (not pl.constraints_for(p, DNS) and not pl.constraints_for(p, SA))
+    own = dataclasses.replace(p, topology_spread_constraints=[
+        TopologySpreadConstraint(1, ZONE, "ScheduleAnyway", LabelSelector.of({"app": "w"}))])
+    assert not pl.node_local(own)
 
 
 def test_selector_sources_from_handle():
