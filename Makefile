@@ -74,7 +74,9 @@ BENCH_RUNS := \
   "--workload PreferredTopologySpreading" \
   "--workload MixedSchedulingBasePod" \
   "--workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 5000" \
+  "--workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 5000 --filter-workers 1 --score-workers 1" \
   "--workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 5000 --filter-workers 2 --score-workers 2" \
+  "--workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 5000 --filter-workers 4 --score-workers 4" \
   "--workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 3000 --rate 500" \
   "--workload SchedulingBasic --nodes 15000 --init-pods 1000 --pods 5000" \
   "--workload Mixed --nodes 5000 --init-pods 1000 --pods 3000"
