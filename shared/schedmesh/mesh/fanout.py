@@ -178,7 +178,11 @@ class FanOutEvaluator(ReplicaEvaluator):
             batch = batching.ShardBatch(snapshot, snapshot.watch_changes(ignore_status_updates=True),
                                         nominations(nominator))
             req = batching.batch_request(view, asked_items, batch.cols.order_digest, encoded, traceparents)
-            calls = self._send(self.filter_stubs, self.filter_feeds, "FilterBatch", req, snapshot, md)
+            try:
+                calls = self._send(self.filter_stubs, self.filter_feeds, "FilterBatch", req, snapshot, md)
+            except BaseException:  # (the pool shut down by stop()): the change log goes too
+                batch.close()
+                raise
         t2 = time.perf_counter()
         clock["view"] += t2 - t1
         try:

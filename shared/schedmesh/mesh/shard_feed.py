@@ -120,8 +120,8 @@ class ShardFeed:
                     continue
                 if count and shard_of(name, count) != index:
                     infos = ni.pods_with_affinity  # all this shard reads of another shard's node
-                    before = self._rows.get(name)
-                    if [pi.pod.meta.uid for pi in infos] == (before or []):
+                    if ([pi.pod.meta.uid for pi in infos] == self._rows.get(name, [])
+                            and all(self._sent.get(pi.pod.meta.uid) is pi.pod for pi in infos)):
                         continue  # nothing this shard reads changed there
                 else:
                     infos = ni.pods

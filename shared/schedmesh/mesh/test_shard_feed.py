@@ -178,6 +178,13 @@ def test_a_shard_is_fed_its_own_nodes_pods_and_elsewhere_only_pods_with_affinity
     qm.add_pod(anti_affinity_pod("db-1"), node0)  # news to both
     qm.remove_pod(next(pi.pod for pi in qm.get("node-00004").pods if pi.pod.meta.name == "db-0"))
     check()
+    # An affinity pod changed in place (its labels) is sent again to the shards that hold it.
+    relabelled = anti_affinity_pod("db-1")
+    relabelled.meta.labels["tier"] = "gold"
+    qm.add_pod(relabelled, node0)
+    for feed, shard in zip(feeds, shards):
+        snap = apply(shard, take(feed, qm))
+        assert next(pi.pod for pi in snap.get(node0).pods if pi.pod.meta.name == "db-1").meta.labels["tier"] == "gold"
 
 
 def test_a_partly_fed_shard_refuses_pods_that_are_not_node_local_and_feeds_for_another_shard():
