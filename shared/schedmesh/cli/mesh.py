@@ -537,7 +537,13 @@ def _act_two(c: Client, timeout: float) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     from schedmesh.cli.kubectl import describe_pod, node_table, table
     from schedmesh.v1 import queue_pb2
+    from schedmesh.cli.supervisor import set_aside_applied
     print("== schedmesh demo: bringing the mesh up (2 filter + 2 score workers)", flush=True)
+    # As `up` does: a demo run before left its objects in the store, and the mesh would otherwise
+    # publish them again at start (the demo's pods "unchanged", its acts never happening).
+    said = set_aside_applied(Path.cwd(), False)
+    if said:
+        print(said, flush=True)
     state, _sup = start_mesh(2, 2, str(DEFAULT_POOL), None, detach=True)
     print_summary(state)
     c = Client(state)
