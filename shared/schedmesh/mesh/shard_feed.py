@@ -28,7 +28,6 @@ from typing import Callable, Iterator, Optional
 
 from schedmesh.api import convert
 from schedmesh.api.types import Pod, same_but_status
-from schedmesh.cache.node_info import pod_with_affinity
 from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
 from schedmesh.mesh.partition import shard_of
 from schedmesh.v1 import objects_pb2 as pb
