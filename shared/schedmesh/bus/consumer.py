@@ -98,8 +98,8 @@ def watcher_fetch_min_bytes() -> int:
 
 def fetch_interval_ms() -> int:
     """The least time between two fetches of a consumer on the scheduling path (the queue-manager's
-    cache, the binder's and the shards' pause longer: watcher_fetch_interval_ms,
-    binder_fetch_interval_ms, shard_fetch_interval_ms), and the floor of every other pause.
+    cache and the binder's pause longer: watcher_fetch_interval_ms, binder_fetch_interval_ms),
+    and the floor of every other pause.
     SCHEDMESH_FETCH_INTERVAL_MS tunes it (0: fetch again at once)."""
     return max(0, int(os.environ.get("SCHEDMESH_FETCH_INTERVAL_MS", "0")))
 
@@ -116,13 +116,6 @@ def watcher_fetch_interval_ms() -> int:
     fifth lower per pod, the queue-manager's most (fewer, fuller record batches under its cache
     lock); `--rate 500` within noise. SCHEDMESH_WATCHER_FETCH_INTERVAL_MS tunes it."""
     return _tuned_ms("SCHEDMESH_WATCHER_FETCH_INTERVAL_MS", 150, floor=fetch_interval_ms())
-
-
-def shard_fetch_interval_ms() -> int:
-    """fetch_interval_ms of a filter or score shard's cache. Every request it answers waits for
-    the caller's offsets (a hurried fetch when it is behind), so it stays closer than the
-    watchers. SCHEDMESH_SHARD_FETCH_INTERVAL_MS tunes it."""
-    return _tuned_ms("SCHEDMESH_SHARD_FETCH_INTERVAL_MS", 50, floor=fetch_interval_ms())
 
 
 def binder_fetch_interval_ms() -> int:

@@ -34,17 +34,6 @@ def is_terminal(pod: Pod) -> bool:
     return pod.phase in ("Succeeded", "Failed")
 
 
-#: The fields of a kubelet's status report (records.status_update) while the pod lives.
-_STATUS_REPORT_FIELDS = frozenset({"uid", "phase", "start_time", "conditions", "status_reason", "status_message"})
-
-
-def is_live_status_report(u: events_pb2.PodUpdate) -> bool:
-    """A delta that only reports a live pod's status (phase Pending or Running, start time,
-    conditions): nothing Filter or Score reads (a terminal phase, a deletion, a binding or a
-    nomination is never one)."""
-    return u.phase not in ("Succeeded", "Failed") and all(f.name in _STATUS_REPORT_FIELDS for f, _ in u.ListFields())
-
-
 # Terminal pods (Succeeded, Failed: e.g. evicted by the kubelet, refused by its admission) stay in
 # `ClusterCache.pods` until they are deleted, as kube keeps them (`get pods` shows them), but they
 # leave the snapshot, and listeners see them go: kube-scheduler's pod informer excludes terminal
@@ -70,12 +59,6 @@ class ClusterCache:
     # (namespace, name) -> uids of `pods` (a live pod and terminal ones may share a name): an Apply
     # looks up its own pods instead of scanning every pod
     _uids_by_name: dict[tuple[str, str], set[str]] = field(default_factory=dict)
-    # False: a live pod's status reports (is_live_status_report) are passed over, for caches whose
-    # readers only filter and score (the shards'; not the binder's, which re-publishes its pods
-    # whole after a broker restart): a third of the pod records each pod brings (its Running
-    # report) then costs a parse, not an update of its node.
-    # `pods` then keeps such a pod's phase and conditions as they were when it was bound.
-    status_reports: bool = True
     # Called with each pod record (a batch's items one by one) once the cache has applied it,
     # under the lock: readers that need the records themselves (the binder's ledger) without
     # decoding them a second time.
@@ -99,10 +82,9 @@ class ClusterCache:
             elif topic == TOPIC_PODS:
                 for rec in expand(events_pb2.PodRecord.FromString(value)):
                     if rec.HasField("update"):
-                        if self.status_reports or not is_live_status_report(rec.update):
-                            old = self.pods.get(rec.update.uid)
-                            if old is not None:  # a delta for a pod already deleted is moot
-                                self._apply_pod(apply_update(old, rec.update), False)
+                        old = self.pods.get(rec.update.uid)
+                        if old is not None:  # a delta for a pod already deleted is moot
+                            self._apply_pod(apply_update(old, rec.update), False)
                     else:
                         self._apply_pod(self._decode_pod(rec.pod), rec.deleted)
                     for hook in self.pod_record_hooks:

@@ -78,27 +78,3 @@ def test_get_pod_finds_a_name_through_its_index_and_prefers_the_live_pod():
     assert cache.get_pod("default", "web").uid == "uid-web"
     _apply(cache, records.pod_record(cache.pods["uid-web"], deleted=True))
     assert cache.get_pod("default", "web") is None and cache._uids_by_name == {}
-
-
-def test_a_cache_without_status_reports_still_sees_a_pod_end_or_go():
-    """status_reports=False (a shard's cache) passes over a live pod's Running report, but a
-    terminal phase and a deletion request still reach the snapshot, and offsets still advance."""
-    cache = ClusterCache(status_reports=False)
-    _apply(cache, records.node_record(Node(meta=ObjectMeta(name="n1"), allocatable={"cpu": 4, "pods": 10})))
-    pending = dataclasses.replace(_pod("a", node=""), phase="Pending")
-    _apply(cache, records.pod_record(pending))
-    _apply(cache, records.pod_batch_record([records.binding_update(pending, "n1")]))
-    bound = cache.pods["uid-a"]
-    offset = cache.offsets["schedmesh.pods/0"]
-    running = dataclasses.replace(bound, phase="Running", start_time=5.0)
-    _apply(cache, records.pod_batch_record([records.status_update(running, "agent")], "agent"))
-    assert cache.pods["uid-a"] is bound and cache.offsets["schedmesh.pods/0"] == offset + 1
-    _apply(cache, records.pod_batch_record([records.deletion_update(bound, 7.0)]))
-    assert cache.snapshot.get("n1").pods[0].pod.meta.deletion_timestamp == 7.0
-    _apply(cache, records.pod_batch_record([records.status_update(dataclasses.replace(running, phase="Succeeded"))]))
-    assert cache.snapshot.get("n1").pods == [] and cache.pods["uid-a"].phase == "Succeeded"
-    # the same report reaches a cache that keeps status reports
-    full = ClusterCache()
-    _apply(full, records.pod_record(running))
-    _apply(full, records.pod_batch_record([records.status_update(dataclasses.replace(running, start_time=9.0))]))
-    assert full.pods["uid-a"].start_time == 9.0
