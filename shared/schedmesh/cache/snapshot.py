@@ -349,10 +349,11 @@ class Snapshot:
         for w in self._watchers:
             if self._status_update and w.ignore_status_updates:
                 continue
-            w.rows.add(ni.index)
-            w.beyond_rows = w.beyond_rows or affinity_changed
-            if w.pod_nodes is not None:
+            if w.pod_nodes is not None:  # a feed's log reads names, never rows
                 w.pod_nodes.add(ni.name)
+            else:
+                w.rows.add(ni.index)
+            w.beyond_rows = w.beyond_rows or affinity_changed
         if self._cols is not None and ni.index >= 0:
             self._cols.set_pod_totals(ni.index, ni)
         if affinity_changed:

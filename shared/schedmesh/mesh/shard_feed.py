@@ -98,14 +98,15 @@ class ShardFeed:
                 for removed, name in c.node_ops:
                     if removed:
                         out.node_ops.add(removed=name)
-                        self._forget_row(name)
+                        # the shard keeps the node's pods aside, as the snapshot does, until it comes back
+                        self._rows.pop(name, None)
                     else:
                         ni = snapshot.get(name)
                         if ni is not None:  # (removed again later in this feed)
                             out.node_ops.add(node=self.encode_node(ni.node))
                             nodes.add(name)  # a node added again takes back its pods: say which
                 namespaces = c.namespaces_changed
-                c.pod_nodes, c.node_ops, c.namespaces_changed, c.rows = set(), [], False, set()
+                c.pod_nodes, c.node_ops, c.namespaces_changed = set(), [], False
                 c.beyond_rows = False
             if namespaces:
                 out.namespaces_changed = True
@@ -146,11 +147,6 @@ class ShardFeed:
             out.generation = self.generation
             self.sent_at = time.monotonic()
             out.order_digest = snapshot.cols.order_digest
-
-    def _forget_row(self, name: str) -> None:
-        # The shard keeps a removed node's pods aside, as the snapshot does, until it comes back.
-        self._rows.pop(name, None)
-
 
 class FeedRefused(Exception):
     """This shard cannot apply the feed (it has not the one the feed follows): the caller
