@@ -38,6 +38,7 @@ def schedule_in_process(workload: Workload, evaluate_all: bool = False, tie_brea
         evaluator = ReplicaEvaluator()
     algo = SchedulingAlgorithm(tie_break=tie_break, seed=seed, evaluator=evaluator)
     snap.cols  # build the columns once, as a long-running scheduler has them
+    fw.warm(snap)  # and its plugins' indexes, as an idle queue-manager has them (Plugin.warm)
     for pod in workload.unschedulable + workload.measured:
         t0 = time.perf_counter()
         try:

@@ -2,7 +2,7 @@
 (kube-scheduler's framework.NodeInfo / framework.PodInfo)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from schedmesh.api.labels import LabelSelector
@@ -20,6 +20,16 @@ class AffinityTerm:
     selector: Optional[LabelSelector]
     topology_key: str
     namespace_selector: Optional[LabelSelector]
+    # Terms are dict keys of the affinity index (pod_index.py), hashed at every node re-read:
+    # their hash is computed once (the generated one walks the selectors each time).
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.namespaces, self.selector, self.topology_key,
+                                                self.namespace_selector)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def matches(self, pod: Pod, ns_labels: Mapping[str, str]) -> bool:
         if pod.meta.namespace in self.namespaces or (

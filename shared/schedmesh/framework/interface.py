@@ -272,6 +272,11 @@ class Plugin:
         plugin says so, so a plugin that does not know is evaluated pod by pod."""
         return False
 
+    def warm(self, snapshot: "Snapshot") -> None:
+        """Build now what this plugin keeps beside `snapshot` and would otherwise build in the
+        first cycle that needs it. The queue-manager calls it while its queue is idle, under
+        the lock the snapshot's writers take. Decisions never depend on it. Nothing by default."""
+
 
 class QueueSortPlugin(Plugin):
     # Optional: a function of a queued pod info whose keys compare as `less` does (less(a, b)

@@ -199,6 +199,11 @@ class Framework(Handle):
     def plugin_names(self, point: str) -> list[str]:
         return [p.name for p in self.points[point]]
 
+    def warm(self, snapshot: "Snapshot") -> None:
+        """Every plugin builds ahead what it keeps per snapshot (Plugin.warm)."""
+        for p in self.plugins.values():
+            p.warm(snapshot)
+
     def has_filter_plugins(self) -> bool:
         return bool(self.points["filter"])
 

@@ -135,8 +135,24 @@ class ScheduleOne:
                     continue
             if self.queue.closed:
                 return
+            self._warm()
             # until a pod can be popped (stop() closes the queue); the pending gauge's period at most
             self.queue.wait(0.5)
+
+    def _warm(self) -> None:
+        """Nothing to pop: the plugins build ahead what their next cycle would (Plugin.warm),
+        once per change to the cluster."""
+        snapshot = self.cache.snapshot
+        if (snapshot, snapshot.generation) == self._warmed:
+            return
+        try:
+            with self.cache.lock:
+                snapshot = self.cache.snapshot
+                for fw in self.frameworks.values():
+                    fw.warm(snapshot)
+                self._warmed = (snapshot, snapshot.generation)
+        except Exception:  # a cycle builds the same on demand: never a reason to stop the loop
+            log.exception("warming the plugins' indexes failed")
 
     def _prepare_run(self, run: list[tuple[QueuedPodInfo, int]], start: int):
         """Start asking the shards about the run's node-local pods (a future of its ShardBatch,

@@ -98,6 +98,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self._early_roots: dict = {}  # uid -> attempt span started with its shard batch
         # pod object id -> (pod, whether it may join a shard run): ScheduleOne._batchable
         self._batchable_seen: dict[int, tuple] = {}
+        self._warmed: tuple = (None, -1)  # (snapshot, generation) the plugins last warmed at
         # Prepares the next run's shard batch while the scheduling thread decides the current one.
         self._batch_prep = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-batch")
         self._assumed_lock = threading.Lock()

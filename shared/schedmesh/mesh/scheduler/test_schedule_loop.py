@@ -1,5 +1,5 @@
 """The scheduling loop waits on the queue: idle, it does not poll it; a pod added from another
-thread is attempted at once. A preemption service's answer wakes the follower for the records it
+thread is attempted at once; idle, it warms the plugins once per change to the cluster. A preemption service's answer wakes the follower for the records it
 published."""
 from __future__ import annotations
 
@@ -22,6 +22,11 @@ class Loop(ScheduleOne):
         self._cycle_gate = threading.Lock()
         self.evaluator = SimpleNamespace(filter_stubs=None)
         self.algo = SimpleNamespace(next_start_node_index=0)
+        self.cache = SimpleNamespace(snapshot=SimpleNamespace(generation=0), lock=threading.Lock())
+        self.warmed_at: list[int] = []  # the snapshot generations the profile was warmed at
+        self.frameworks = {"default-scheduler": SimpleNamespace(
+            warm=lambda snapshot: self.warmed_at.append(snapshot.generation))}
+        self._warmed = (None, -1)
         self.attempted: list[tuple[str, float]] = []
         self.pops = 0
         try_pop = self.queue.try_pop
@@ -60,6 +65,33 @@ def test_an_idle_loop_waits_on_the_queue_and_a_new_pod_wakes_it():
         loop.queue.close()
         thread.join(5)
     assert not thread.is_alive()
+
+
+def test_an_idle_loop_warms_the_plugins_once_per_change_to_the_cluster():
+    loop = Loop()
+    thread = threading.Thread(target=loop._schedule_loop, daemon=True)
+    thread.start()
+    try:
+        assert loop.loop_running.wait(5)
+        deadline = time.monotonic() + 5
+        while not loop.warmed_at and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert loop.warmed_at == [0]
+        loop.queue.add(make_pod("p"))  # wakes the loop: no change to the cluster, no warming
+        time.sleep(0.2)
+        assert [n for n, _ in loop.attempted] == ["p"] and loop.warmed_at == [0]
+        with loop.cache.lock:
+            loop.cache.snapshot.generation = 3
+        loop.queue.add(make_pod("q"))
+        deadline = time.monotonic() + 5
+        while len(loop.warmed_at) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.6)  # one more idle wake-up at least
+        assert loop.warmed_at == [0, 3]
+    finally:
+        loop._stop.set()
+        loop.queue.close()
+        thread.join(5)
 
 
 class Preempting(ScheduleOne):

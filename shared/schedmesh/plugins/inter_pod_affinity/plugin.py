@@ -19,6 +19,7 @@ from schedmesh.plugins.inter_pod_affinity.filtering import (PRE_FILTER_STATE_KEY
 from schedmesh.plugins.inter_pod_affinity.scoring import (PRE_SCORE_STATE_KEY, PreScoreState,
                                                           compute_pre_score_state, normalize, score_node,
                                                           score_rows)
+from schedmesh.plugins.inter_pod_affinity.pod_index import pod_index
 from schedmesh.plugins.inter_pod_affinity.terms import matches_all, no_namespace_labels
 
 NAME = "InterPodAffinity"
@@ -91,6 +92,12 @@ class InterPodAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugi
         # Without terms of its own, a pod is judged by the existing pods' terms only, and pods
         # without terms (as every node-local pod is) change no such verdict when assumed.
         return not pod_with_affinity(pod)
+
+    def warm(self, snapshot: Snapshot) -> None:
+        # Where pods with terms run, pods with terms come: the first one's cycle would build the
+        # index of every pod's labels (0.1-0.4 s at 5,000 nodes).
+        if snapshot.any_pods_with_affinity():
+            pod_index(snapshot, labels=True)
 
     def pre_filter(self, state: CycleState, pod: Pod, snapshot: Snapshot
                    ) -> tuple[Optional[PreFilterResult], Optional[Status]]:

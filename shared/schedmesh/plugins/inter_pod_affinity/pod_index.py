@@ -49,6 +49,19 @@ class Group:
         self._token: object = None  # the node list _rows are valid for
         self._cache: Optional[tuple[np.ndarray, np.ndarray]] = None
 
+    @classmethod
+    def of(cls, sample: object, infos: list[NodeInfo], counts: list[int]) -> "Group":
+        """A group of these nodes (distinct, in their list's order) with these pod counts."""
+        g = cls(sample)
+        g._infos = list(infos)
+        g._slot = {id(ni): pos for pos, ni in enumerate(infos)}
+        size = max(4, len(infos))
+        g._rows = np.empty(size, np.int64)
+        g._counts = np.empty(size, np.int64)
+        g._rows[:len(infos)] = np.fromiter((ni.index for ni in infos), np.int64, len(infos))
+        g._counts[:len(infos)] = counts
+        return g
+
     def change(self, ni: NodeInfo, delta: int) -> None:
         self._cache = None
         pos = self._slot.get(id(ni))
@@ -106,11 +119,18 @@ def _same(key: object) -> object:
     return key
 
 
+_NO_KEYS: Counter = Counter()  # shared by every node without such pods; never changed
+
+
 def _label_keys(ni: NodeInfo) -> tuple[Counter, ...]:
+    if not ni.pods:
+        return (_NO_KEYS,)
     return (Counter([(p.pod.meta.namespace, tuple(p.pod.meta.labels.items())) for p in ni.pods]),)
 
 
 def _term_keys(ni: NodeInfo) -> tuple[Counter, ...]:
+    if not ni.pods_with_affinity:
+        return _NO_KEYS, _NO_KEYS
     anti = Counter([tuple(p.required_anti_affinity_terms) for p in ni.pods_with_required_anti_affinity])
     aff: Counter = Counter()
     for p in ni.pods_with_affinity:
@@ -142,6 +162,8 @@ class _Part:
                     t = self._tracked.get(id(ni))
                     if t is None or t[1] != ni.generation:
                         self._reread(ni)
+        elif not self._tracked:
+            self._build(source)
         else:
             present = set()
             for ni in source:
@@ -154,6 +176,29 @@ class _Part:
                 self._apply(t[0], t[2], -1)
             self._source = source
         self.changed_rows = set()
+
+    def _build(self, source: list[NodeInfo]) -> None:
+        """The first sync: every node read once, each group's arrays made in one go (joining
+        groups node by node took most of the first affinity pod's 0.2-0.4 s at 5,000 nodes)."""
+        found: list[dict[object, tuple[list[NodeInfo], list[int]]]] = [{} for _ in self._targets]
+        for ni in source:
+            keys = self._keys_of(ni)
+            self._tracked[id(ni)] = (ni, ni.generation, keys)
+            for counts, by_key in zip(keys, found):
+                for key, n in counts.items():
+                    at = by_key.get(key)
+                    if at is None:
+                        at = by_key[key] = ([], [])
+                    at[0].append(ni)
+                    at[1].append(n)
+        for by_key, (groups, sample_of) in zip(found, self._targets):
+            for key, (infos, counts) in by_key.items():
+                g = groups.get(key)
+                if g is None:
+                    groups[key] = Group.of(sample_of(key), infos, counts)
+                else:  # a group that outlived its nodes (groups empty out with them): joined as usual
+                    for ni, n in zip(infos, counts):
+                        g.change(ni, n)
 
     def _reread(self, ni: NodeInfo) -> None:
         old = self._tracked.get(id(ni))

@@ -1003,6 +1003,8 @@ def test_random_clusters_match_kube_reference(seed):
     snap = cluster(nodes, pods, nss)
     hard, ignore = rng.choice([0, 1, 1, 5]), rng.random() < 0.2
     for step in range(8):
+        if rng.random() < 0.3:  # the index built ahead, as an idle queue-manager does
+            InterPodAffinity().warm(snap)
         incoming = _random_pod(rng, affinity_rate=0.9)
         _check_against_reference(snap, incoming, hard, ignore)
         r = rng.random()
@@ -1070,6 +1072,56 @@ def test_plain_pods_cost_nothing():
     assert run_score(plain, snap) == {"n1": 0}
     idx = _INDEXES[snap]
     assert idx.by_labels == {} and len(idx.by_anti_terms) == 1 and len(idx.by_affinity_terms) == 1
+
+
+def _index_groups(idx) -> dict:
+    """(kind, key) -> {node name: pods}, for every group of a PodIndex."""
+    out = {}
+    for kind, groups in (("labels", idx.by_labels), ("anti", idx.by_anti_terms), ("affinity", idx.by_affinity_terms)):
+        for key, g in groups.items():
+            rows, counts = g.placement(idx.token)
+            out[(kind, key)] = {idx.token[r].name: int(c) for r, c in zip(rows, counts)}
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_first_sync_builds_the_groups_pods_joining_one_by_one_build(seed):
+    """The first sync reads every node at once (pod_index._Part._build); an index synced
+    before the pods came, then after each pod joined, holds the same groups."""
+    from schedmesh.plugins.inter_pod_affinity.pod_index import PodIndex
+    rng = random.Random(seed)
+    nodes = [_random_node(rng, i) for i in range(rng.randint(3, 14))]
+    names = [n["metadata"]["name"] for n in nodes]
+    pods = [_random_pod(rng, rng.choice(names), affinity_rate=0.6) for _ in range(rng.randint(1, 40))]
+    at_once = PodIndex()
+    at_once.sync(cluster(nodes, pods), labels=True)
+    one_by_one, snap = PodIndex(), cluster(nodes)
+    one_by_one.sync(snap, labels=True)
+    for p in pods:
+        snap.add_pod(the_pod(p))
+        if rng.random() < 0.5:
+            one_by_one.sync(snap, labels=True)
+    one_by_one.sync(snap, labels=True)
+    assert _index_groups(at_once) == _index_groups(one_by_one) != {}
+
+
+def test_warm_builds_the_label_groups_where_pods_have_terms():
+    """Idle, the queue-manager warms the plugins: the label groups a pod with terms needs are
+    built where pods with terms run, never in a cluster without any."""
+    from schedmesh.plugins.inter_pod_affinity.pod_index import _INDEXES
+    plain = cluster([node("n1", zone="z1")], [pod(labels={"app": "y"}, node="n1")])
+    InterPodAffinity().warm(plain)
+    assert plain not in _INDEXES
+    snap = cluster([node("n1", zone="z1"), node("n2", zone="z2")],
+                   [pod(labels={"app": "y"}, node="n1"),
+                    pod(labels={"app": "w"}, node="n2", anti=[term("zone", In("app", "w"))])])
+    InterPodAffinity().warm(snap)
+    groups = _INDEXES[snap].by_labels
+    assert {k[1] for k in groups} == {(("app", "y"),), (("app", "w"),)}
+    InterPodAffinity().warm(snap)  # nothing changed: the same groups
+    assert _INDEXES[snap].by_labels is groups and all(groups[k] is g for k, g in groups.items())
+    incoming = pod(labels={"app": "w"}, anti=[term("zone", In("app", "y"))])
+    assert run_filter(incoming, snap) == {"n1": F(UNSCHED, ANTI), "n2": F(UNSCHED, EXIST)}
 
 
 def test_group_placement_follows_changes_in_place():
