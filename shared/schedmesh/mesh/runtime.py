@@ -251,23 +251,33 @@ class CacheFollower:
         if self._user_restart is not None:
             await self._user_restart()
 
-    def _apply(self, r: Record) -> None:
+    def _apply(self, r: Record) -> bool:
+        """Whether the record was applied (a tombstone or a bad record is not)."""
+        applied = False
         if r.value is not None:
             try:
                 self.cache.apply(r.topic, r.value, r.offset, r.partition)
-                metrics.observe_records_applied(r.topic)
+                applied = True
             except Exception:  # a bad record must not stop the cache
                 log.exception("cannot apply record %s/%d@%d", r.topic, r.partition, r.offset)
         if self.on_record is not None:
             self.on_record(r)
+        return applied
 
     def apply_records(self, records: list[Record]) -> None:
         """Apply one batch from the consumer (thread-safe as ClusterCache.apply is); for
         owners that run their own read loop instead of :meth:`follow`."""
         if records:
             metrics.observe_batch("cache_apply", len(records))
+            self._apply_all(records)
+
+    def _apply_all(self, records: list[Record]) -> None:
+        applied: dict[str, int] = {}
         for r in records:
-            self._apply(r)
+            if self._apply(r):
+                applied[r.topic] = applied.get(r.topic, 0) + 1
+        for topic, n in applied.items():  # one counter update per topic and batch, not per record
+            metrics.observe_records_applied(topic, n)
 
     async def sample_lag(self) -> None:
         """Update schedmesh_kafka_consumer_lag; cheap, does the work at most once a second.
@@ -277,8 +287,7 @@ class CacheFollower:
 
     async def start(self, timeout: float = 60.0) -> None:
         await self.consumer.start(timeout)
-        for r in await self.consumer.catch_up(timeout):
-            self._apply(r)
+        self._apply_all(await self.consumer.catch_up(timeout))
         await self.sample_lag()
 
     async def follow(self) -> None:

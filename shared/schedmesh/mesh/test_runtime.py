@@ -139,3 +139,29 @@ def test_gc_thresholds_from_the_environment(monkeypatch):
                 tune_gc()
     finally:
         gc.set_threshold(*before)
+
+
+def test_applied_records_are_counted_per_topic_once_per_batch(monkeypatch):
+    """schedmesh_records_applied_total counts the records a batch applied, per topic, in one
+    update per topic (one per record was a tenth of the preemption service's profile); tombstones
+    and records the cache refuses are not counted, and the cache goes on after them."""
+    from schedmesh.bus.records import Record
+    from schedmesh.telemetry import metrics
+
+    class Cache:
+        applied: list = []
+
+        def apply(self, topic, value, offset, partition):
+            if value == b"bad":
+                raise ValueError("not a record")
+            self.applied.append((topic, value))
+
+    updates = []
+    monkeypatch.setattr(metrics, "observe_records_applied", lambda topic, n=1: updates.append((topic, n)))
+    follower = CacheFollower.__new__(CacheFollower)
+    follower.cache, follower.on_record = Cache(), None
+    batch = [Record("a", 0, 0, None, b"1"), Record("b", 0, 0, None, b"2"), Record("a", 0, 1, None, None),
+             Record("a", 0, 2, None, b"bad"), Record("a", 0, 3, None, b"3")]
+    follower.apply_records(batch)
+    assert follower.cache.applied == [("a", b"1"), ("b", b"2"), ("a", b"3")]
+    assert sorted(updates) == [("a", 2), ("b", 1)]

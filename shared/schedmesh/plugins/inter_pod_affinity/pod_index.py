@@ -164,6 +164,7 @@ class _Part:
                         self._reread(ni)
         elif not self._tracked:
             self._build(source)
+            self._source = source
         else:
             present = set()
             for ni in source:

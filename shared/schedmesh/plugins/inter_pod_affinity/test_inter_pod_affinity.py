@@ -1093,8 +1093,10 @@ def test_first_sync_builds_the_groups_pods_joining_one_by_one_build(seed):
     nodes = [_random_node(rng, i) for i in range(rng.randint(3, 14))]
     names = [n["metadata"]["name"] for n in nodes]
     pods = [_random_pod(rng, rng.choice(names), affinity_rate=0.6) for _ in range(rng.randint(1, 40))]
-    at_once = PodIndex()
-    at_once.sync(cluster(nodes, pods), labels=True)
+    at_once, whole = PodIndex(), cluster(nodes, pods)
+    at_once.sync(whole, labels=True)
+    # the node list is now the one followed: a sync with nothing changed reads no node again
+    assert at_once._labels._source is whole.node_info_list is at_once._terms._source
     one_by_one, snap = PodIndex(), cluster(nodes)
     one_by_one.sync(snap, labels=True)
     for p in pods:
