@@ -3,6 +3,7 @@ thread is attempted at once; idle, it warms the plugins once per change to the c
 published."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from types import SimpleNamespace
@@ -45,21 +46,14 @@ class Loop(ScheduleOne):
             self.queue.done(qpi.pod.uid)
 
 
-def test_an_idle_loop_waits_on_the_queue_and_a_new_pod_wakes_it():
-    loop = Loop()
+@contextlib.contextmanager
+def running(loop: Loop):
+    """The loop on a thread of its own, stopped and joined after."""
     thread = threading.Thread(target=loop._schedule_loop, daemon=True)
     thread.start()
     try:
         assert loop.loop_running.wait(5)
-        time.sleep(0.3)
-        assert loop.pops <= 2, f"{loop.pops} pops of an empty queue in 0.3 s: polling"
-        added = time.monotonic()
-        loop.queue.add(make_pod("p"))
-        deadline = time.monotonic() + 5
-        while not loop.attempted and time.monotonic() < deadline:
-            time.sleep(0.005)
-        [(name, at)] = loop.attempted
-        assert name == "p" and at - added < 0.2
+        yield
     finally:
         loop._stop.set()
         loop.queue.close()
@@ -67,31 +61,41 @@ def test_an_idle_loop_waits_on_the_queue_and_a_new_pod_wakes_it():
     assert not thread.is_alive()
 
 
+def wait_until(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_an_idle_loop_waits_on_the_queue_and_a_new_pod_wakes_it():
+    loop = Loop()
+    with running(loop):
+        time.sleep(0.3)
+        assert loop.pops <= 2, f"{loop.pops} pops of an empty queue in 0.3 s: polling"
+        added = time.monotonic()
+        loop.queue.add(make_pod("p"))
+        wait_until(lambda: loop.attempted)
+        [(name, at)] = loop.attempted
+        assert name == "p" and at - added < 0.2
+
+
 def test_an_idle_loop_warms_the_plugins_once_per_change_to_the_cluster():
     loop = Loop()
-    thread = threading.Thread(target=loop._schedule_loop, daemon=True)
-    thread.start()
-    try:
-        assert loop.loop_running.wait(5)
-        deadline = time.monotonic() + 5
-        while not loop.warmed_at and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert loop.warmed_at == [0]
+    with running(loop):
+        wait_until(lambda: loop.warmed_at)
         loop.queue.add(make_pod("p"))  # wakes the loop: no change to the cluster, no warming
-        time.sleep(0.2)
+        wait_until(lambda: loop.attempted)
+        idle = loop.pops
+        wait_until(lambda: loop.pops >= idle + 2)  # idle again, and warmed in between if at all
         assert [n for n, _ in loop.attempted] == ["p"] and loop.warmed_at == [0]
         with loop.cache.lock:
             loop.cache.snapshot.generation = 3
         loop.queue.add(make_pod("q"))
-        deadline = time.monotonic() + 5
-        while len(loop.warmed_at) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.6)  # one more idle wake-up at least
+        wait_until(lambda: len(loop.warmed_at) == 2)
+        idle = loop.pops
+        wait_until(lambda: loop.pops >= idle + 2)
         assert loop.warmed_at == [0, 3]
-    finally:
-        loop._stop.set()
-        loop.queue.close()
-        thread.join(5)
 
 
 class Preempting(ScheduleOne):
