@@ -12,7 +12,7 @@ from schedmesh.api.types import (Affinity, Container, ContainerImage, ContainerP
                                  OwnerReference, Pod, PodAffinity, PodAffinityTerm, PodCondition,
                                  PodDisruptionBudget, PreferredSchedulingTerm, PriorityClass, ResourceList,
                                  RuntimeClass, RuntimeClassScheduling, Taint, Toleration, TopologySpreadConstraint,
-                                 WeightedPodAffinityTerm)
+                                 WeightedPodAffinityTerm, WorkloadSelector)
 from schedmesh.v1 import objects_pb2 as pb
 
 
@@ -350,6 +350,17 @@ def pdb_from_proto(m: pb.PodDisruptionBudget) -> PodDisruptionBudget:
                                disruptions_allowed=m.disruptions_allowed, disrupted_pods=_map_from(m.disrupted_pods),
                                expected_pods=m.expected_pods, current_healthy=m.current_healthy,
                                desired_healthy=m.desired_healthy, status_given=m.status_given)
+
+
+def workload_to_proto(w: WorkloadSelector) -> pb.WorkloadSelector:
+    out = pb.WorkloadSelector(kind=w.kind, namespace=w.namespace, name=w.name)
+    if w.selector is not None:
+        selector_to(w.selector, out.selector)
+    return out
+
+
+def workload_from_proto(m: pb.WorkloadSelector) -> WorkloadSelector:
+    return WorkloadSelector(m.kind, m.namespace, m.name, selector_from(m.selector, m.HasField("selector")))
 
 
 def namespace_to_proto(n: Namespace) -> pb.Namespace:

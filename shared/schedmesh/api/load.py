@@ -44,7 +44,7 @@ from schedmesh.api.types import (DEFAULT_NAMESPACE, NO_EXECUTE, NO_SCHEDULE, PRE
                                  ObjectMeta, OwnerReference, Pod, PodAffinity, PodAffinityTerm,
                                  PodCondition, PodDisruptionBudget, PreferredSchedulingTerm, PriorityClass,
                                  ResourceList, RuntimeClass, RuntimeClassScheduling, Taint, Toleration,
-                                 TopologySpreadConstraint, WeightedPodAffinityTerm)
+                                 TopologySpreadConstraint, WeightedPodAffinityTerm, WorkloadSelector)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,9 +89,12 @@ class Manifests:
     namespaces: list[Namespace] = field(default_factory=list)
     scheduler_configs: list[dict] = field(default_factory=list)
     runtime_classes: list[RuntimeClass] = field(default_factory=list)
+    # The pod controllers the workloads expanded here stand for (their selectors).
+    workloads: list[WorkloadSelector] = field(default_factory=list)
 
     def extend(self, other: "Manifests") -> "Manifests":
-        for f in ("nodes", "pods", "priority_classes", "pdbs", "namespaces", "scheduler_configs", "runtime_classes"):
+        for f in ("nodes", "pods", "priority_classes", "pdbs", "namespaces", "scheduler_configs", "runtime_classes",
+                  "workloads"):
             getattr(self, f).extend(getattr(other, f))
         return self
 
@@ -1199,8 +1202,10 @@ def _pods_prefix(controller: str) -> str:
 _WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet")
 
 
-def expand_workload(doc: _Doc, d: dict) -> list[Pod]:
-    """apps/v1 Deployment, ReplicaSet or StatefulSet -> its replicas as pods, named as their
+def expand_workload(doc: _Doc, d: dict) -> tuple[list[Pod], WorkloadSelector]:
+    """apps/v1 Deployment, ReplicaSet or StatefulSet -> its replicas as pods and the selector of
+    their controller (a Deployment's ReplicaSet selects its pods by the Deployment's selector and
+    their pod-template-hash, as kube's deployment controller makes it). Pods are named as their
     controllers name them: a Deployment's pods "<deployment>-<pod-template-hash>-<5 characters>"
     (its ReplicaSet is "<deployment>-<pod-template-hash>"), a ReplicaSet's "<replicaset>-<5
     characters>", a StatefulSet's "<statefulset>-<ordinal>". The 5 characters are drawn from kube's
@@ -1235,8 +1240,12 @@ def expand_workload(doc: _Doc, d: dict) -> list[Pod]:
         req.define(doc, "ReplicaSet", ns, owner, f"{doc.where}, whose ReplicaSet it is",
                    made_here=", this Deployment's ReplicaSet,")
         labels = dict(tlabels, **{"pod-template-hash": template_hash})
+        # labelsutil.CloneSelectorAndAddLabel: the hash joins the selector's matchLabels
+        owner_selector: Optional[LabelSelector] = LabelSelector.of(
+            {**(dict(sel.match_labels) if sel is not None else {}), "pod-template-hash": template_hash},
+            list(sel.match_expressions) if sel is not None else [])
     else:
-        owner_kind, owner, labels = kind, meta.name, tlabels
+        owner_kind, owner, labels, owner_selector = kind, meta.name, tlabels, sel
     rng = random.Random(hashlib.sha256(f"{kind}/{ns}/{meta.name}/{template_hash}".encode()).digest())
     draw = lambda: "".join(rng.choice(_ALPHANUMS) for _ in range(5))  # noqa: E731
     prefix = _pods_prefix(owner)
@@ -1263,7 +1272,7 @@ def expand_workload(doc: _Doc, d: dict) -> list[Pod]:
             req.define(doc, "Pod", ns, name, f"{doc.where}, which generates it",
                        made_here=f", which this {kind} generates,")
             pods.append(pod)
-    return pods
+    return pods, WorkloadSelector(owner_kind, ns, owner, owner_selector)
 
 
 _PARSERS: dict[tuple[str, str], Callable[[_Doc, dict], Any]] = {
@@ -1326,7 +1335,9 @@ def _add_object(req: _Request, out: Manifests, d: Any, where: str) -> None:
         out.scheduler_configs.append(d)
         return
     if (api, kind) in _WORKLOADS:
-        out.pods.extend(expand_workload(doc, d))
+        pods, workload = expand_workload(doc, d)
+        out.pods.extend(pods)
+        out.workloads.append(workload)
         return
     parser = _PARSERS.get((api, kind))
     if parser is None:

@@ -136,6 +136,56 @@ spec:
     assert all(p.labels["app"] == "web" and p.meta.owner_references for p in m.pods)
 
 
+def test_workloads_give_their_pods_controllers_selectors():
+    """What PodTopologySpread's default constraints look up by a pod's controller reference: a
+    Deployment's ReplicaSet selects by the Deployment's selector plus the pod-template-hash (as
+    kube's deployment controller makes it), a ReplicaSet and a StatefulSet by their own."""
+    from schedmesh.api.labels import LabelSelectorRequirement
+    m = load_text("""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+    matchExpressions: [{key: tier, operator: In, values: [front]}]
+  template:
+    metadata: {labels: {app: web, tier: front}}
+    spec: {containers: [{name: c}]}
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: cache}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: cache}}
+  template:
+    metadata: {labels: {app: cache}}
+    spec: {containers: [{name: c}]}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: c}]}
+""")
+    web = m.pods[0]
+    h = web.labels["pod-template-hash"]
+    owner = web.meta.owner_references[0]
+    assert [(w.kind, w.namespace, w.name) for w in m.workloads] == [
+        ("ReplicaSet", "shop", f"web-{h}"), ("ReplicaSet", "default", "cache"), ("StatefulSet", "default", "db")]
+    assert (owner.kind, owner.name) == ("ReplicaSet", f"web-{h}")
+    rs = m.workloads[0].selector
+    assert rs.match_labels == (("app", "web"), ("pod-template-hash", h))
+    assert rs.match_expressions == (LabelSelectorRequirement("tier", "In", ("front",)),)
+    assert m.workloads[1].selector.match_labels == (("app", "cache"),) and not m.workloads[1].selector.match_expressions
+
+
 def _pod_doc(name: str, labels: dict, spec: dict) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
 

@@ -321,6 +321,23 @@ class Namespace:
     labels: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(slots=True, frozen=True)
+class WorkloadSelector:
+    """A pod controller's kind, namespace, name and spec.selector: what PodTopologySpread's
+    default constraints read of it (kube's helper.DefaultSelector). Made when a Deployment,
+    ReplicaSet or StatefulSet is expanded into its pods; a Deployment's is that of the
+    ReplicaSet its pods belong to."""
+
+    kind: str  # "ReplicaSet" or "StatefulSet"
+    namespace: str
+    name: str
+    selector: Optional[LabelSelector]  # None: a nil selector (selects nothing)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.kind, self.namespace, self.name
+
+
 # Built-in priority classes that every cluster has.
 SYSTEM_PRIORITY_CLASSES = {
     "system-cluster-critical": PriorityClass("system-cluster-critical", 2000000000),

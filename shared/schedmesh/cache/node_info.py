@@ -21,15 +21,19 @@ class AffinityTerm:
     topology_key: str
     namespace_selector: Optional[LabelSelector]
     # Terms are dict keys of the affinity index (pod_index.py), hashed at every node re-read:
-    # their hash is computed once (the generated one walks the selectors each time).
-    _hash: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.namespaces, self.selector, self.topology_key,
-                                                self.namespace_selector)))
+    # their hash is computed once, when first asked (the generated one walks the selectors each time).
+    _hash: Optional[int] = field(default=None, init=False, repr=False, compare=False)
 
     def __hash__(self) -> int:
-        return self._hash
+        h = self._hash
+        if h is None:
+            h = hash((self.namespaces, self.selector, self.topology_key, self.namespace_selector))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __reduce__(self):
+        # Without the remembered hash: string hashes differ between processes.
+        return AffinityTerm, (self.namespaces, self.selector, self.topology_key, self.namespace_selector)
 
     def matches(self, pod: Pod, ns_labels: Mapping[str, str]) -> bool:
         if pod.meta.namespace in self.namespaces or (

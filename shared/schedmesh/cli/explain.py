@@ -9,15 +9,16 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional, TextIO
+from typing import Any, Optional, Sequence, TextIO
 
 from schedmesh.api.load import Manifests, admit_all, load_files, refuse_duplicates_across
 from schedmesh.api.runtime_class import admit_runtime_class
-from schedmesh.api.types import Pod
+from schedmesh.api.types import Pod, WorkloadSelector
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState
 from schedmesh.framework.profile import Profile
 from schedmesh.framework.runtime import Framework, build_frameworks
+from schedmesh.plugins.pod_topology_spread import SELECTOR_SOURCES_SERVICE, WorkloadSelectorSources
 from schedmesh.scheduling.cycle import FitError, SchedulingAlgorithm, run_post_filter
 
 # Pods without a creation time are taken as created at this instant plus their position in
@@ -59,11 +60,16 @@ class Explainer:
 
     def __init__(self, cluster: Manifests, profiles: list[Profile], tie_break: str = "name",
                  percentage_of_nodes_to_score: int = 0, extenders: Optional[list] = None,
-                 seed: Optional[int] = None) -> None:
+                 seed: Optional[int] = None, workloads: Sequence[WorkloadSelector] = ()) -> None:
+        """`workloads`: pod controllers besides the cluster's (those of the pods to place)."""
         self.cluster = cluster
         self.snapshot = Snapshot(cluster.nodes, [p for p in cluster.pods if p.node_name],
                                  {ns.name: ns.labels for ns in cluster.namespaces})
-        self.frameworks: dict[str, Framework] = build_frameworks(profiles)
+        # The controllers of the workloads read here select their pods for PodTopologySpread's
+        # default constraints, as the ReplicaSets and StatefulSets they stand for do in kube.
+        controllers = WorkloadSelectorSources({w.key: w for w in [*cluster.workloads, *workloads]})
+        self.frameworks: dict[str, Framework] = build_frameworks(profiles,
+                                                                 services={SELECTOR_SOURCES_SERVICE: controllers})
         for fw in self.frameworks.values():
             fw.set_snapshot_source(lambda: self.snapshot)
             # Explain's preemption dry run covers every potential node (no random sampling).
@@ -179,7 +185,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     bound = [p for p in cluster.pods if p.node_name]
     fill_times(bound, pending.pods)
     profiles, percentage, extenders = load_profiles(args.config)
-    explainer = Explainer(cluster, profiles, args.tie_break, percentage, extenders, args.seed)
+    explainer = Explainer(cluster, profiles, args.tie_break, percentage, extenders, args.seed, pending.workloads)
     decisions = [explainer.decide(p) for p in pending.pods]
     if args.output == "json":
         out.write('{"results": [\n')

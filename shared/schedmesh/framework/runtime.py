@@ -640,12 +640,14 @@ class Framework(Handle):
                           self.points["postBind"])
 
 
-def build_frameworks(profiles: Iterable[Profile], registry: Optional[Registry] = None) -> dict[str, Framework]:
-    """One framework per profile, keyed by schedulerName."""
+def build_frameworks(profiles: Iterable[Profile], registry: Optional[Registry] = None,
+                     services: Optional[dict] = None) -> dict[str, Framework]:
+    """One framework per profile, keyed by schedulerName; `services`: what every profile's
+    handle offers its plugins besides the waiting pods (Handle.services)."""
     out: dict[str, Framework] = {}
     waiting = WaitingPodsMap()
     for prof in profiles:
         if prof.scheduler_name in out:
             raise ProfileError(f"duplicate profile with scheduler name {prof.scheduler_name!r}")
-        out[prof.scheduler_name] = Framework(prof, registry, services={"waiting_pods": waiting})
+        out[prof.scheduler_name] = Framework(prof, registry, services={**(services or {}), "waiting_pods": waiting})
     return out

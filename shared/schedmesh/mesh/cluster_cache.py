@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from schedmesh.api import convert
 from schedmesh.api.evolve import evolve
 from schedmesh.api.types import (POD_BINDING_AND_STATUS, Namespace, Node, Pod, PodDisruptionBudget, PriorityClass,
-                                 RuntimeClass)
+                                 RuntimeClass, WorkloadSelector)
 # Topic names live in the bus catalogue; re-exported here under the names the mesh uses.
 from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
                                   PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES,
@@ -49,6 +49,8 @@ class ClusterCache:
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     runtime_classes: dict[str, RuntimeClass] = field(default_factory=dict)
     pdbs: dict[str, PodDisruptionBudget] = field(default_factory=dict)
+    # pod controllers' selectors by (kind, namespace, name), for PodTopologySpread's defaults
+    workloads: dict[tuple[str, str, str], WorkloadSelector] = field(default_factory=dict)
     offsets: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> next offset to read
     lock: threading.RLock = field(default_factory=threading.RLock)
     listeners: list[Listener] = field(default_factory=list)
@@ -101,19 +103,10 @@ class ClusterCache:
                     classes[cls.name] = cls
             elif topic == TOPIC_PDBS:
                 rec = events_pb2.PodDisruptionBudgetRecord.FromString(value)
-                pdb = convert.pdb_from_proto(rec.pdb)
-                key = f"{pdb.namespace}/{pdb.name}"
-                if rec.deleted:
-                    self.pdbs.pop(key, None)
-                elif rec.status_only:  # the disruption controller's status: never re-creates a deleted PDB
-                    known = self.pdbs.get(key)
-                    if known is not None:
-                        self.pdbs[key] = dataclasses.replace(
-                            known, disruptions_allowed=pdb.disruptions_allowed, disrupted_pods=pdb.disrupted_pods,
-                            expected_pods=pdb.expected_pods, current_healthy=pdb.current_healthy,
-                            desired_healthy=pdb.desired_healthy)
+                if rec.HasField("workload"):  # a pod controller's selector (events.proto)
+                    self._apply_workload(convert.workload_from_proto(rec.workload), rec.deleted)
                 else:
-                    self.pdbs[key] = pdb
+                    self._apply_pdb(rec)
             elif topic == TOPIC_NAMESPACES:
                 rec = events_pb2.NamespaceRecord.FromString(value)
                 ns = convert.namespace_from_proto(rec.namespace)
@@ -121,6 +114,27 @@ class ClusterCache:
             key = f"{topic}/{partition}"
             self.offsets[key] = max(self.offsets.get(key, 0), offset + 1)
             self._changed.notify_all()
+
+    def _apply_workload(self, w: WorkloadSelector, deleted: bool) -> None:
+        if deleted:
+            self.workloads.pop(w.key, None)
+        else:
+            self.workloads[w.key] = w
+
+    def _apply_pdb(self, rec: events_pb2.PodDisruptionBudgetRecord) -> None:
+        pdb = convert.pdb_from_proto(rec.pdb)
+        key = f"{pdb.namespace}/{pdb.name}"
+        if rec.deleted:
+            self.pdbs.pop(key, None)
+        elif rec.status_only:  # the disruption controller's status: never re-creates a deleted PDB
+            known = self.pdbs.get(key)
+            if known is not None:
+                self.pdbs[key] = dataclasses.replace(
+                    known, disruptions_allowed=pdb.disruptions_allowed, disrupted_pods=pdb.disrupted_pods,
+                    expected_pods=pdb.expected_pods, current_healthy=pdb.current_healthy,
+                    desired_healthy=pdb.desired_healthy)
+        else:
+            self.pdbs[key] = pdb
 
     def expect(self, pods: list[Pod]) -> None:
         """Pods this process itself is publishing: when their records come back, these objects

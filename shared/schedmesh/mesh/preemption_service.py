@@ -33,6 +33,7 @@ from schedmesh.api.types import Pod, PodCondition
 from schedmesh.bus import EventProducer, watcher_options
 from schedmesh.framework.interface import Code, CycleState, NodeToStatus, Status
 from schedmesh.framework.runtime import Framework, build_frameworks
+from schedmesh.plugins.pod_topology_spread import SELECTOR_SOURCES_SERVICE, WorkloadSelectorSources
 from schedmesh.mesh import records
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, TOPIC_EVENTS, ClusterCache
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
@@ -270,8 +271,9 @@ async def serve(port: int, bootstrap: str, name: str, config: Optional[str], tie
     else:
         from schedmesh.framework.profile import default_profile
         profiles, extenders = [default_profile()], []
-    evaluator = PreemptionEvaluator(cache, build_frameworks(profiles), extenders,
-                                    all_candidates=tie_break == "name", source=name)
+    frameworks = build_frameworks(profiles,
+                                  services={SELECTOR_SOURCES_SERVICE: WorkloadSelectorSources(cache.workloads)})
+    evaluator = PreemptionEvaluator(cache, frameworks, extenders, all_candidates=tie_break == "name", source=name)
     producer = EventProducer(bootstrap, topics=(*STATE_TOPICS, TOPIC_EVENTS), client_id=f"{name}-producer")
     preemption_pb2_grpc.add_PreemptionServicer_to_server(PreemptionServicer(evaluator, producer), proc.server)
     await proc.start()

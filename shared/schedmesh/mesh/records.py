@@ -13,7 +13,7 @@ from schedmesh.api import convert
 from schedmesh.api.evolve import evolve
 from schedmesh.api.load import Manifests
 from schedmesh.api.types import (Namespace, Node, NodeCondition, Pod, PodCondition, PodDisruptionBudget,
-                                 PriorityClass, RuntimeClass, Taint)
+                                 PriorityClass, RuntimeClass, Taint, WorkloadSelector)
 from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
                                   PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES)
 from schedmesh.v1 import events_pb2
@@ -110,6 +110,19 @@ def pdb_status_record(pdb: PodDisruptionBudget) -> tuple[str, str, bytes]:
         pdb=convert.pdb_to_proto(pdb), status_only=True).SerializeToString()
 
 
+WORKLOAD_KEY_PREFIX = "workload/"
+
+
+def workload_key(w: WorkloadSelector) -> str:
+    return f"{WORKLOAD_KEY_PREFIX}{w.kind}/{w.namespace}/{w.name}"
+
+
+def workload_record(w: WorkloadSelector, deleted: bool = False) -> tuple[str, str, bytes]:
+    """A pod controller's selector, on the PDBs' topic (see events.proto)."""
+    return TOPIC_PDBS, workload_key(w), events_pb2.PodDisruptionBudgetRecord(
+        workload=convert.workload_to_proto(w), deleted=deleted).SerializeToString()
+
+
 def namespace_record(ns: Namespace, deleted: bool = False) -> tuple[str, str, bytes]:
     return TOPIC_NAMESPACES, ns.name, events_pb2.NamespaceRecord(
         namespace=convert.namespace_to_proto(ns), deleted=deleted).SerializeToString()
@@ -122,6 +135,7 @@ def manifest_records(m: Manifests, source: str = "") -> list[tuple[str, str, byt
     out += [priority_class_record(c) for c in m.priority_classes]
     out += [runtime_class_record(c) for c in m.runtime_classes]
     out += [pdb_record(p) for p in m.pdbs]
+    out += [workload_record(w) for w in m.workloads]
     out += node_batch_records(m.nodes, source=source)
     out += pod_batch_records((pod_message(p, source=source) for p in m.pods), source)
     return out

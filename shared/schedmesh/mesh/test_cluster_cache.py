@@ -1,12 +1,17 @@
 """Terminal pods in the cluster cache: listed until deleted (kube keeps an evicted pod), but gone
-from the snapshot and, for listeners, deleted (kube-scheduler's informer never sees them)."""
+from the snapshot and, for listeners, deleted (kube-scheduler's informer never sees them). Also the
+name index, offsets waited for, and the pod controllers' selectors the cache keeps."""
 from __future__ import annotations
 
 import dataclasses
 
-from schedmesh.api.types import Container, Node, ObjectMeta, Pod
+import pytest
+
+from schedmesh.api.labels import LabelSelector
+from schedmesh.api.types import Container, Node, ObjectMeta, Pod, PodDisruptionBudget, WorkloadSelector
 from schedmesh.mesh import records
 from schedmesh.mesh.cluster_cache import ClusterCache
+from schedmesh.plugins.pod_topology_spread import NotFound, WorkloadSelectorSources
 
 
 def _apply(cache: ClusterCache, rec, offsets=[0]) -> None:  # noqa: B006 - a running offset is the point
@@ -78,3 +83,26 @@ def test_get_pod_finds_a_name_through_its_index_and_prefers_the_live_pod():
     assert cache.get_pod("default", "web").uid == "uid-web"
     _apply(cache, records.pod_record(cache.pods["uid-web"], deleted=True))
     assert cache.get_pod("default", "web") is None and cache._uids_by_name == {}
+
+
+def test_workload_selectors_ride_the_pdb_topic_and_answer_the_spread_defaults():
+    """A pod controller's selector (records.workload_record) is kept by (kind, namespace, name),
+    beside the PDBs that share its topic, and dropped when deleted; the sources the mesh's
+    PodTopologySpread reads see it at once."""
+    cache = ClusterCache()
+    sources = WorkloadSelectorSources(cache.workloads)
+    rs = WorkloadSelector("ReplicaSet", "shop", "web-5d4f",
+                          LabelSelector.of({"app": "web", "pod-template-hash": "5d4f"}))
+    pdb = PodDisruptionBudget(ObjectMeta(name="web", namespace="shop"), LabelSelector.of({"app": "web"}), "1")
+    for offset, (topic, key, value) in enumerate([records.workload_record(rs), records.pdb_record(pdb)]):
+        cache.apply(topic, value, offset)
+    assert records.workload_key(rs) == "workload/ReplicaSet/shop/web-5d4f"
+    assert cache.workloads == {("ReplicaSet", "shop", "web-5d4f"): rs} and list(cache.pdbs) == ["shop/web"]
+    assert sources.replica_set("shop", "web-5d4f") == rs.selector and list(sources.services("shop")) == []
+    with pytest.raises(NotFound):
+        sources.stateful_set("shop", "web-5d4f")
+    topic, _key, value = records.workload_record(rs, deleted=True)
+    cache.apply(topic, value, 2)
+    assert cache.workloads == {} and list(cache.pdbs) == ["shop/web"] and cache.offsets[f"{topic}/0"] == 3
+    with pytest.raises(NotFound):
+        sources.replica_set("shop", "web-5d4f")

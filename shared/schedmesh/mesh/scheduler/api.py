@@ -158,6 +158,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             live_pcs = dict(qm.cache.priority_classes)
             live_rcs = dict(qm.cache.runtime_classes)
             live_pdbs = dict(qm.cache.pdbs)
+            live_workloads = dict(qm.cache.workloads)
             # only the manifest's own nodes and pods: copying all 5,000 nodes and every pod made
             # an Apply of 10 pods cost as much as scheduling them
             live_nodes = {}
@@ -195,6 +196,8 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                               max_unavailable=pdb.max_unavailable)
             plan.add("poddisruptionbudget.policy", f"{pdb.meta.namespace}/{pdb.meta.name}", pdb, live,
                      plan.publish.pdbs)
+        # The controllers of the workloads applied (no line of their own: kubectl's are the pods').
+        plan.publish.workloads = [w for w in m.workloads if live_workloads.get(w.key) != w]
         for n in m.nodes:
             live = live_nodes.get(n.name)
             if live is not None:  # the kubelet's conditions and images stay

@@ -33,6 +33,7 @@ from schedmesh.api.types import Node, Pod, same_but_status
 from schedmesh.bus import EventConsumer, EventProducer, watcher_options
 from schedmesh.bus.consumer import watcher_fetch_interval_ms
 from schedmesh.framework.runtime import Framework, build_frameworks
+from schedmesh.plugins.pod_topology_spread import SELECTOR_SOURCES_SERVICE, WorkloadSelectorSources
 from schedmesh.framework.profile import DEFAULT_SCHEDULER_NAME
 from schedmesh.framework.waiting_pods import WaitingPodsMap
 from schedmesh.mesh import records
@@ -68,7 +69,9 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         if cfg.profiles is None:
             from schedmesh.framework.profile import default_profile
             cfg.profiles = [default_profile()]
-        self.frameworks: dict[str, Framework] = build_frameworks(cfg.profiles)
+        # The controllers applied here select their pods for PodTopologySpread's default constraints.
+        self.frameworks: dict[str, Framework] = build_frameworks(
+            cfg.profiles, services={SELECTOR_SOURCES_SERVICE: WorkloadSelectorSources(self.cache.workloads)})
         self.queue = PriorityQueue.from_frameworks(
             self.frameworks, pod_initial_backoff_seconds=cfg.pod_initial_backoff_seconds,
             pod_max_backoff_seconds=cfg.pod_max_backoff_seconds,
@@ -296,6 +299,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                 recs += [records.priority_class_record(pc) for pc in self.cache.priority_classes.values()]
                 recs += [records.runtime_class_record(rc) for rc in self.cache.runtime_classes.values()]
                 recs += [records.pdb_record(p) for p in self.cache.pdbs.values()]
+                recs += [records.workload_record(w) for w in self.cache.workloads.values()]
                 nodes = []
                 for name, node in self.applied_nodes.items():
                     ni = self.cache.snapshot.get(name)
@@ -353,7 +357,9 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
             known = {TOPIC_PODS: set(self.cache.pods),
                      TOPIC_PRIORITY_CLASSES: set(self.cache.priority_classes) | {
                          records.RUNTIME_CLASS_KEY_PREFIX + n for n in self.cache.runtime_classes},
-                     TOPIC_PDBS: set(self.cache.pdbs), TOPIC_NAMESPACES: set(self.cache.snapshot.namespace_labels),
+                     TOPIC_PDBS: set(self.cache.pdbs) | {records.workload_key(w)
+                                                         for w in self.cache.workloads.values()},
+                     TOPIC_NAMESPACES: set(self.cache.snapshot.namespace_labels),
                      TOPIC_NODES: {ni.node.name for ni in self.cache.snapshot.node_info_list if ni.node is not None}}
         missing = [(t, k, v) for t, k, v in stored if k not in known.get(t, ())]
         pods = [events_pb2.PodRecord.FromString(v) for t, _k, v in missing if t == TOPIC_PODS]

@@ -1195,3 +1195,18 @@ def test_snapshot_knows_whether_any_node_has_affinity_pods_as_its_lists_say():
                 assert (snap.any_pods_with_required_anti_affinity()
                         == bool(snap.have_pods_with_required_anti_affinity()))
         assert not snap.any_pods_with_required_anti_affinity()
+
+
+def test_a_term_remembers_its_hash_only_in_its_own_process():
+    """AffinityTerm keeps its hash once asked (the index hashes terms at every node re-read), is
+    built without hashing anything (a selector that cannot be hashed is only refused when used as
+    a key, as before), and crosses processes without it (string hashes differ between them)."""
+    import pickle
+
+    from schedmesh.api.labels import LabelSelector
+    from schedmesh.cache.node_info import AffinityTerm
+    t = AffinityTerm(frozenset({"ns"}), LabelSelector.of({"app": "w"}), "zone", None)
+    assert t._hash is None and hash(t) == t._hash == hash(AffinityTerm(*pickle.loads(pickle.dumps(t)).__reduce__()[1]))
+    moved = pickle.loads(pickle.dumps(t))
+    assert moved == t and moved._hash is None
+    AffinityTerm(frozenset({"ns"}), LabelSelector(match_labels={"app": "w"}), "zone", None)  # not hashed here

@@ -15,7 +15,7 @@ from typing import Iterable, Mapping, Optional, Protocol, Sequence
 import numpy as np
 
 from schedmesh.api.labels import IN, LabelSelector, LabelSelectorRequirement
-from schedmesh.api.types import Node, Pod, TopologySpreadConstraint
+from schedmesh.api.types import Node, Pod, TopologySpreadConstraint, WorkloadSelector
 from schedmesh.plugins.node_affinity.matcher import RequiredNodeAffinity, required_node_affinity
 from schedmesh.plugins.taint_toleration.tolerations import (do_not_schedule_taints_filter,
                                                             find_matching_untolerated_taint, untolerated_groups)
@@ -170,9 +170,40 @@ class StaticSelectorSources:
         return self._get(self.stateful_sets, namespace, name)
 
 
-# schedmesh does not track Services or workload controllers yet: nothing selects any pod, so the
-# default constraints select nothing (exactly what the golden clusters, which have none, show).
+#: The handle service a framework's owner plugs its SelectorSources in as.
+SELECTOR_SOURCES_SERVICE = "spread_selector_sources"
+
+# Without sources nothing selects any pod, so the default constraints select nothing (exactly
+# what the golden clusters, which have no Services and no ReplicaSets, show).
 NO_SELECTOR_SOURCES: SelectorSources = StaticSelectorSources()
+
+
+class WorkloadSelectorSources:
+    """SelectorSources over the pod controllers schedmesh knows, by (kind, namespace, name)
+    (api.types.WorkloadSelector: the ReplicaSets and StatefulSets of the workloads applied),
+    read at each lookup, so a cluster cache's mapping may change underneath. schedmesh has no
+    Services and no ReplicationControllers: none select a pod."""
+
+    def __init__(self, workloads: Mapping[tuple[str, str, str], WorkloadSelector]) -> None:
+        self._workloads = workloads
+
+    def services(self, namespace: str) -> Iterable[Optional[Mapping[str, str]]]:
+        return ()
+
+    def _selector(self, kind: str, namespace: str, name: str) -> Optional[LabelSelector]:
+        w = self._workloads.get((kind, namespace, name))
+        if w is None:
+            raise NotFound(f"{kind} {namespace}/{name}")
+        return w.selector
+
+    def replication_controller(self, namespace: str, name: str) -> Optional[Mapping[str, str]]:
+        raise NotFound(f"ReplicationController {namespace}/{name}")
+
+    def replica_set(self, namespace: str, name: str) -> Optional[LabelSelector]:
+        return self._selector("ReplicaSet", namespace, name)
+
+    def stateful_set(self, namespace: str, name: str) -> Optional[LabelSelector]:
+        return self._selector("StatefulSet", namespace, name)
 
 _RC_GVK = ("", "v1", "ReplicationController")
 _RS_GVK = ("apps", "v1", "ReplicaSet")

@@ -21,8 +21,8 @@ from schedmesh.framework.interface import (CycleState, EnqueueExtensions, Filter
                                            PreScorePlugin, ScorePlugin, Status)
 from schedmesh.plugins.pod_topology_spread.args import SYSTEM_DEFAULTING, PodTopologySpreadArgs, parse_args
 from schedmesh.plugins.pod_topology_spread.common import (DO_NOT_SCHEDULE, HONOR, NO_SELECTOR_SOURCES,
-                                                          SCHEDULE_ANYWAY, SYSTEM_DEFAULT_CONSTRAINTS,
-                                                          SelectorSources, SpreadConstraint,
+                                                          SCHEDULE_ANYWAY, SELECTOR_SOURCES_SERVICE,
+                                                          SYSTEM_DEFAULT_CONSTRAINTS, SelectorSources, SpreadConstraint,
                                                           build_default_constraints, default_selector, filter_constraints,
                                                           node_labels_match_constraints,
                                                           pod_labels_match_constraints, selector_matches)
@@ -55,7 +55,7 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         self.default_constraints = (SYSTEM_DEFAULT_CONSTRAINTS if self.system_defaulted
                                     else self.config.default_constraints)
         if sources is None and handle is not None:
-            sources = handle.services.get("spread_selector_sources")
+            sources = handle.services.get(SELECTOR_SOURCES_SERVICE)
         self.selector_sources: SelectorSources = sources or NO_SELECTOR_SOURCES
         self._indexes = PodIndexCache()
         self._extensions = _Extensions()

@@ -15,13 +15,13 @@ import pytest
 
 from schedmesh.api.labels import LabelSelector, LabelSelectorRequirement
 from schedmesh.api.load import load_text
-from schedmesh.api.types import TopologySpreadConstraint
+from schedmesh.api.types import TopologySpreadConstraint, WorkloadSelector
 from schedmesh.cache.node_info import PodInfo
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.events import ActionType, EventResource, QueueingHint
 from schedmesh.framework.interface import Code, CycleState
 from schedmesh.plugins.pod_topology_spread import (ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH,
-                                                   PodTopologySpread, StaticSelectorSources)
+                                                   PodTopologySpread, StaticSelectorSources, WorkloadSelectorSources)
 from schedmesh.plugins.pod_topology_spread.common import count_pods_match_selector
 from schedmesh.plugins.pod_topology_spread.filtering import (MAX_INT32, PRE_FILTER_STATE_KEY, CriticalPaths,
                                                              initial_critical_paths)
@@ -1221,6 +1221,24 @@ DEFAULT_SELECTOR_CASES = [
     dict(id="nil replicaset selector adds nothing",
          pod=pod("p", labels={"app": "w"}, owner={"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs"}),
          sources=StaticSelectorSources(replica_sets={("default", "rs"): None}), want=[]),
+    dict(id="a workload's replicaset (the mesh's and explain's sources)",
+         pod=pod("p", labels={"app": "w"}, owner={"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs"}),
+         sources=WorkloadSelectorSources({("ReplicaSet", "default", "rs"): WorkloadSelector(
+             "ReplicaSet", "default", "rs", LabelSelector.of({"app": "w"}))}),
+         want=[("match_expressions", (_req("app", "In", ["w"]),))]),
+    dict(id="a workload's statefulset",
+         pod=pod("p", labels={"app": "w"}, owner={"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "ss"}),
+         sources=WorkloadSelectorSources({("StatefulSet", "default", "ss"): WorkloadSelector(
+             "StatefulSet", "default", "ss", LabelSelector.of({"app": "w"}))}),
+         want=[("match_expressions", (_req("app", "In", ["w"]),))]),
+    dict(id="a workload of another kind or namespace is not the owner",
+         pod=pod("p", labels={"app": "w"}, owner={"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs"}),
+         sources=WorkloadSelectorSources({
+             ("StatefulSet", "default", "rs"): WorkloadSelector("StatefulSet", "default", "rs",
+                                                                LabelSelector.of({"app": "w"})),
+             ("ReplicaSet", "other", "rs"): WorkloadSelector("ReplicaSet", "other", "rs",
+                                                             LabelSelector.of({"app": "w"}))}),
+         want=[]),
 ]
 
 
