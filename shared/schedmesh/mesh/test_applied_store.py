@@ -81,3 +81,26 @@ def test_a_batch_is_journalled_as_published_and_read_per_object(tmp_path) -> Non
     assert pod_names(store) == ["b"]
     store.compact()
     assert store.path.read_text().count("\n") == 1 and pod_names(AppliedStore(tmp_path)) == ["b"]
+
+
+def test_a_workload_s_controller_is_journalled_and_comes_back(tmp_path) -> None:
+    """The selector of an applied Deployment's ReplicaSet is kept with what was applied (the
+    queue-manager's store, restored at `up --restore`): replayed, a cache has it again."""
+    from schedmesh.mesh.cluster_cache import ClusterCache
+    m = load_text("""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: c}]}
+""")
+    store = AppliedStore(tmp_path)
+    store.write(records.manifest_records(m, source="qm"))
+    replayed = ClusterCache()
+    for offset, (topic, _key, value) in enumerate(store.records()):
+        replayed.apply(topic, value, offset)
+    assert list(replayed.workloads.values()) == m.workloads and len(replayed.pods) == 1

@@ -33,9 +33,9 @@ from schedmesh.api.types import Node, Pod, same_but_status
 from schedmesh.bus import EventConsumer, EventProducer, watcher_options
 from schedmesh.bus.consumer import watcher_fetch_interval_ms
 from schedmesh.framework.runtime import Framework, build_frameworks
-from schedmesh.plugins.pod_topology_spread import SELECTOR_SOURCES_SERVICE, WorkloadSelectorSources
 from schedmesh.framework.profile import DEFAULT_SCHEDULER_NAME
 from schedmesh.framework.waiting_pods import WaitingPodsMap
+from schedmesh.plugins.pod_topology_spread import SELECTOR_SOURCES_SERVICE, WorkloadSelectorSources
 from schedmesh.mesh import records
 from schedmesh.mesh.cluster_cache import (TOPIC_EVENTS, TOPIC_NAMESPACES, TOPIC_NODES, TOPIC_PDBS, TOPIC_PODS,
                                           TOPIC_PRIORITY_CLASSES, ClusterCache)
