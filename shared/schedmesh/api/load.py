@@ -1129,6 +1129,17 @@ def parse_runtime_class(doc: _Doc, d: dict) -> RuntimeClass:
     return RuntimeClass(meta.name, handler, overhead, scheduling)
 
 
+def parse_service(doc: _Doc, d: dict) -> WorkloadSelector:
+    """v1 Service: only its spec.selector, which PodTopologySpread's default constraints read
+    (helper.DefaultSelector); a Service without one selects no pod. Ports, type and the rest
+    mean nothing to scheduling and are not kept."""
+    meta = _meta(doc, d.get("metadata"), "Service", True)
+    spec = doc.obj(d.get("spec"), "spec")
+    raw = spec.get("selector")
+    selector = None if raw is None else LabelSelector.of(doc.labels(raw, "spec.selector"))
+    return WorkloadSelector("Service", meta.namespace, meta.name, selector)
+
+
 def parse_pdb(doc: _Doc, d: dict) -> PodDisruptionBudget:
     meta = _meta(doc, d.get("metadata"), "PodDisruptionBudget", True)
     spec = doc.obj(d.get("spec"), "spec")
@@ -1282,6 +1293,7 @@ _PARSERS: dict[tuple[str, str], Callable[[_Doc, dict], Any]] = {
     ("scheduling.k8s.io/v1", "PriorityClass"): parse_priority_class,
     ("node.k8s.io/v1", "RuntimeClass"): parse_runtime_class,
     ("policy/v1", "PodDisruptionBudget"): parse_pdb,
+    ("v1", "Service"): parse_service,
 }
 _WORKLOADS = {("apps/v1", k) for k in _WORKLOAD_KINDS}
 _CONFIG = ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration")
@@ -1347,10 +1359,13 @@ def _add_object(req: _Request, out: Manifests, d: Any, where: str) -> None:
     obj = parser(doc, d)
     if isinstance(obj, (Pod, PodDisruptionBudget)):
         req.define(doc, kind, obj.meta.namespace, obj.meta.name)
+    elif isinstance(obj, WorkloadSelector):
+        req.define(doc, kind, obj.namespace, obj.name)
     else:
         req.define(doc, kind, "", obj.name)
     {Pod: out.pods, Node: out.nodes, Namespace: out.namespaces, PriorityClass: out.priority_classes,
-     RuntimeClass: out.runtime_classes, PodDisruptionBudget: out.pdbs}[type(obj)].append(obj)
+     RuntimeClass: out.runtime_classes, PodDisruptionBudget: out.pdbs,
+     WorkloadSelector: out.workloads}[type(obj)].append(obj)
 
 
 def _load_source(req: _Request, out: Manifests, text: str, source: str) -> None:

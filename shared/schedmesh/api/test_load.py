@@ -1,5 +1,6 @@
 import pytest
 
+from schedmesh.api.labels import LabelSelector
 from schedmesh.api.load import AdmissionError, ManifestError, admit_all, load_text
 from schedmesh.api.resources import compute_pod_resource
 
@@ -231,3 +232,28 @@ def test_a_reused_parse_never_hides_an_error(monkeypatch):
     with pytest.raises(ManifestError) as e:
         load_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}), "m.json")
     assert "items[2] (Pod broken)" in str(e.value) and "spec.preemptionPolicy" in str(e.value)
+
+
+def test_a_service_keeps_only_its_selector():
+    """v1 Service: what scheduling reads of it (its selector, for PodTopologySpread's defaults);
+    a Service without a selector selects nothing; a selector kube would refuse is refused, named."""
+    m = load_text("""
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  type: ClusterIP
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: external}
+spec: {type: ExternalName, externalName: example.com}
+""")
+    assert [(w.kind, w.namespace, w.name, w.selector) for w in m.workloads] == [
+        ("Service", "shop", "web", LabelSelector.of({"app": "web"})), ("Service", "default", "external", None)]
+    assert not m.pods
+    with pytest.raises(ManifestError) as e:
+        load_text("apiVersion: v1\nkind: Service\nmetadata: {name: bad}\nspec: {selector: {app: 'a b'}}\n", "svc.yaml")
+    assert "svc.yaml" in str(e.value) and "spec.selector" in str(e.value)

@@ -323,12 +323,12 @@ class Namespace:
 
 @dataclass(slots=True, frozen=True)
 class WorkloadSelector:
-    """A pod controller's kind, namespace, name and spec.selector: what PodTopologySpread's
-    default constraints read of it (kube's helper.DefaultSelector). Made when a Deployment,
-    ReplicaSet or StatefulSet is expanded into its pods; a Deployment's is that of the
-    ReplicaSet its pods belong to."""
+    """A pod controller's or a Service's kind, namespace, name and spec.selector: what
+    PodTopologySpread's default constraints read of it (kube's helper.DefaultSelector). Made
+    when a Deployment, ReplicaSet or StatefulSet is expanded into its pods (a Deployment's is
+    that of the ReplicaSet its pods belong to) and when a Service is applied."""
 
-    kind: str  # "ReplicaSet" or "StatefulSet"
+    kind: str  # "ReplicaSet", "StatefulSet", or "Service" (its spec.selector, labels only)
     namespace: str
     name: str
     selector: Optional[LabelSelector]  # None: a nil selector (selects nothing)

@@ -722,7 +722,7 @@ def describe_node(view, pod_views) -> str:
 def add_delete_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", nargs="?", choices=["pod", "pods", "po", "node", "nodes", "no", "priorityclass",
                                                "priorityclasses", "pc", "runtimeclass", "runtimeclasses", "pdb",
-                                               "poddisruptionbudget"])
+                                               "poddisruptionbudget", "service", "services", "svc"])
     p.add_argument("name", nargs="*")
     p.add_argument("-n", "--namespace", default="default")
     p.add_argument("-f", "--filename", action="append", metavar="FILE",
@@ -730,7 +730,8 @@ def add_delete_arguments(p: argparse.ArgumentParser) -> None:
 
 
 _KINDS = {"pods": "pod", "po": "pod", "nodes": "node", "no": "node", "priorityclasses": "priorityclass",
-          "pc": "priorityclass", "runtimeclasses": "runtimeclass", "poddisruptionbudget": "pdb"}
+          "pc": "priorityclass", "runtimeclasses": "runtimeclass", "poddisruptionbudget": "pdb", "services": "service",
+          "svc": "service"}
 
 
 def manifest_objects(files: list[str]) -> list[tuple[str, str, str]]:
@@ -745,6 +746,7 @@ def manifest_objects(files: list[str]) -> list[tuple[str, str, str]]:
                             f"{', '.join(ns.name for ns in m.namespaces)}); remove it from the file")
         out += [("pod", p.namespace, p.name) for p in m.pods]
         out += [("pdb", p.namespace, p.name) for p in m.pdbs]
+        out += [("service", w.namespace, w.name) for w in m.workloads if w.kind == "Service"]
         out += [("node", "", n.name) for n in m.nodes]
         out += [("priorityclass", "", c.name) for c in m.priority_classes]
         out += [("runtimeclass", "", c.name) for c in m.runtime_classes]
@@ -760,9 +762,10 @@ def run_delete(args: argparse.Namespace) -> int:
         targets = manifest_objects(args.filename)
     else:
         if not args.kind or not args.name:
-            raise MeshError("delete: give KIND NAME... (pod, node, priorityclass, runtimeclass, pdb) or -f FILE")
+            raise MeshError("delete: give KIND NAME... (pod, node, priorityclass, runtimeclass, pdb, service) "
+                            "or -f FILE")
         kind = _KINDS.get(args.kind, args.kind)
-        ns = args.namespace if kind in ("pod", "pdb") else ""
+        ns = args.namespace if kind in ("pod", "pdb", "service") else ""
         targets = [(kind, ns, name) for name in args.name]
     c = _client()
     failed = 0

@@ -1,5 +1,6 @@
 """A workload's replicas get PodTopologySpread's system default constraints, as kube gives them:
-their controller (a Deployment's ReplicaSet, a StatefulSet) selects them (helper.DefaultSelector)."""
+their controller (a Deployment's ReplicaSet, a StatefulSet) or a Service selects them
+(helper.DefaultSelector)."""
 from __future__ import annotations
 
 from schedmesh.api.load import load_text
@@ -94,3 +95,25 @@ spec:
   containers: [{name: c, image: redis, resources: {requests: {cpu: 100m, memory: 64Mi}}}]
 """
     assert _spread_scores(owned, cluster) == [{"n1": 132, "n2": 200}]
+
+
+def test_a_service_selects_the_pods_it_matches():
+    """A Service applied with the cluster selects a pod with no controller: the pod gets the
+    default constraints with the Service's selector, so the replica-like pod already on n1 counts."""
+    cluster = NODES + """
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{port: 80}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-old, labels: {app: web}}
+spec:
+  nodeName: n1
+  containers: [{name: c, image: nginx, resources: {requests: {cpu: 100m, memory: 64Mi}}}]
+"""
+    assert _spread_scores(PLAIN, cluster) == [{"n1": 132, "n2": 200}]

@@ -196,8 +196,12 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                               max_unavailable=pdb.max_unavailable)
             plan.add("poddisruptionbudget.policy", f"{pdb.meta.namespace}/{pdb.meta.name}", pdb, live,
                      plan.publish.pdbs)
-        # The controllers of the workloads applied (no line of their own: kubectl's are the pods').
-        plan.publish.workloads = [w for w in m.workloads if live_workloads.get(w.key) != w]
+        for w in m.workloads:
+            live = live_workloads.get(w.key)
+            if w.kind == "Service":
+                plan.add("service", f"{w.namespace}/{w.name}", w, live, plan.publish.workloads)
+            elif live != w:  # a workload's controller: no line of its own (the pods' are kubectl's)
+                plan.publish.workloads.append(w)
         for n in m.nodes:
             live = live_nodes.get(n.name)
             if live is not None:  # the kubelet's conditions and images stay
@@ -286,8 +290,17 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             await records.publish(qm.producer, [records.pdb_record(pdb, deleted=True)])
             await self._unstore([records.pdb_record(pdb, deleted=True)])
             return queue_pb2.DeleteResponse(result=f'poddisruptionbudget "{name}" deleted')
+        if kind in ("service", "services", "svc"):
+            svc = qm.cache.workloads.get(("Service", ns, name))
+            if svc is None:
+                await context.abort(grpc.StatusCode.NOT_FOUND, f'services "{name}" not found in namespace {ns}')
+            await records.publish(qm.producer, [records.workload_record(svc, deleted=True)])
+            await self._unstore([records.workload_record(svc, deleted=True)])
+            with qm.cache.lock:  # pods placed next must not be spread by it, even before the record is back
+                qm.cache.workloads.pop(svc.key, None)
+            return queue_pb2.DeleteResponse(result=f'service "{name}" deleted')
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"kind must be pod, node, priorityclass, runtimeclass or pdb, not {request.kind!r}")
+                            f"kind must be pod, node, priorityclass, runtimeclass, pdb or service, not {request.kind!r}")
 
     async def _unstore(self, deletions: list) -> None:
         """A deleted object leaves the local store too (it must not come back at the next `up`)."""

@@ -179,16 +179,17 @@ NO_SELECTOR_SOURCES: SelectorSources = StaticSelectorSources()
 
 
 class WorkloadSelectorSources:
-    """SelectorSources over the pod controllers schedmesh knows, by (kind, namespace, name)
-    (api.types.WorkloadSelector: the ReplicaSets and StatefulSets of the workloads applied),
-    read at each lookup, so a cluster cache's mapping may change underneath. schedmesh has no
-    Services and no ReplicationControllers: none select a pod."""
+    """SelectorSources over the selectors schedmesh knows, by (kind, namespace, name)
+    (api.types.WorkloadSelector: the ReplicaSets and StatefulSets of the workloads applied, the
+    Services applied), read at each lookup, so a cluster cache's mapping may change underneath.
+    schedmesh has no ReplicationControllers: none select a pod."""
 
     def __init__(self, workloads: Mapping[tuple[str, str, str], WorkloadSelector]) -> None:
         self._workloads = workloads
 
     def services(self, namespace: str) -> Iterable[Optional[Mapping[str, str]]]:
-        return ()
+        return [None if w.selector is None else dict(w.selector.match_labels)
+                for w in list(self._workloads.values()) if w.kind == "Service" and w.namespace == namespace]
 
     def _selector(self, kind: str, namespace: str, name: str) -> Optional[LabelSelector]:
         w = self._workloads.get((kind, namespace, name))

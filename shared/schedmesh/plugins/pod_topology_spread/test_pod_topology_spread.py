@@ -1231,6 +1231,14 @@ DEFAULT_SELECTOR_CASES = [
          sources=WorkloadSelectorSources({("StatefulSet", "default", "ss"): WorkloadSelector(
              "StatefulSet", "default", "ss", LabelSelector.of({"app": "w"}))}),
          want=[("match_expressions", (_req("app", "In", ["w"]),))]),
+    dict(id="the Services applied that select the pod merge; another namespace's do not",
+         pod=pod("p", labels={"app": "w", "tier": "x"}),
+         sources=WorkloadSelectorSources({
+             ("Service", "default", "a"): WorkloadSelector("Service", "default", "a", LabelSelector.of({"app": "w"})),
+             ("Service", "default", "b"): WorkloadSelector("Service", "default", "b", LabelSelector.of({"tier": "x"})),
+             ("Service", "default", "c"): WorkloadSelector("Service", "default", "c", None),
+             ("Service", "other", "d"): WorkloadSelector("Service", "other", "d", LabelSelector.of({"z": "1"}))}),
+         want=[("match_labels", (("app", "w"), ("tier", "x")))]),
     dict(id="a workload of another kind or namespace is not the owner",
          pod=pod("p", labels={"app": "w"}, owner={"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs"}),
          sources=WorkloadSelectorSources({
