@@ -18,7 +18,8 @@ from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState
 from schedmesh.framework.profile import Profile
 from schedmesh.framework.runtime import Framework, build_frameworks
-from schedmesh.plugins.pod_topology_spread import SELECTOR_SOURCES_SERVICE, WorkloadSelectorSources
+from schedmesh.plugins.pod_topology_spread import (SELECTOR_SOURCES_SERVICE, WorkloadSelectors,
+                                                   WorkloadSelectorSources)
 from schedmesh.scheduling.cycle import FitError, SchedulingAlgorithm, run_post_filter
 
 # Pods without a creation time are taken as created at this instant plus their position in
@@ -67,7 +68,7 @@ class Explainer:
                                  {ns.name: ns.labels for ns in cluster.namespaces})
         # The controllers of the workloads read here select their pods for PodTopologySpread's
         # default constraints, as the ReplicaSets and StatefulSets they stand for do in kube.
-        controllers = WorkloadSelectorSources({w.key: w for w in [*cluster.workloads, *workloads]})
+        controllers = WorkloadSelectorSources(WorkloadSelectors([*cluster.workloads, *workloads]))
         self.frameworks: dict[str, Framework] = build_frameworks(profiles,
                                                                  services={SELECTOR_SOURCES_SERVICE: controllers})
         for fw in self.frameworks.values():

@@ -17,6 +17,7 @@ from schedmesh.api import convert
 from schedmesh.api.evolve import evolve
 from schedmesh.api.types import (POD_BINDING_AND_STATUS, Namespace, Node, Pod, PodDisruptionBudget, PriorityClass,
                                  RuntimeClass, WorkloadSelector)
+from schedmesh.plugins.pod_topology_spread import WorkloadSelectors
 # Topic names live in the bus catalogue; re-exported here under the names the mesh uses.
 from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
                                   PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES,
@@ -50,7 +51,7 @@ class ClusterCache:
     runtime_classes: dict[str, RuntimeClass] = field(default_factory=dict)
     pdbs: dict[str, PodDisruptionBudget] = field(default_factory=dict)
     # pod controllers' selectors by (kind, namespace, name), for PodTopologySpread's defaults
-    workloads: dict[tuple[str, str, str], WorkloadSelector] = field(default_factory=dict)
+    workloads: WorkloadSelectors = field(default_factory=WorkloadSelectors)
     offsets: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> next offset to read
     lock: threading.RLock = field(default_factory=threading.RLock)
     listeners: list[Listener] = field(default_factory=list)

@@ -106,3 +106,15 @@ def test_workload_selectors_ride_the_pdb_topic_and_answer_the_spread_defaults():
     assert cache.workloads == {} and list(cache.pdbs) == ["shop/web"] and cache.offsets[f"{topic}/0"] == 3
     with pytest.raises(NotFound):
         sources.replica_set("shop", "web-5d4f")
+
+
+def test_a_service_deleted_stops_selecting_in_its_namespace():
+    """WorkloadSelectors keeps the Services by namespace too; a deletion leaves that index too."""
+    cache = ClusterCache()
+    sources = WorkloadSelectorSources(cache.workloads)
+    svc = WorkloadSelector("Service", "shop", "web", LabelSelector.of({"app": "web"}))
+    for offset, deleted in enumerate((False, True)):
+        topic, _key, value = records.workload_record(svc, deleted=deleted)
+        cache.apply(topic, value, offset)
+        assert list(sources.services("shop")) == ([] if deleted else [{"app": "web"}])
+    assert list(sources.services("other")) == [] and not cache.workloads

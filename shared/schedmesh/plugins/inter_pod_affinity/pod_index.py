@@ -193,13 +193,8 @@ class _Part:
                     at[0].append(ni)
                     at[1].append(n)
         for by_key, (groups, sample_of) in zip(found, self._targets):
-            for key, (infos, counts) in by_key.items():
-                g = groups.get(key)
-                if g is None:
-                    groups[key] = Group.of(sample_of(key), infos, counts)
-                else:  # a group that outlived its nodes (groups empty out with them): joined as usual
-                    for ni, n in zip(infos, counts):
-                        g.change(ni, n)
+            for key, (infos, counts) in by_key.items():  # no group yet: they empty out with their nodes
+                groups[key] = Group.of(sample_of(key), infos, counts)
 
     def _reread(self, ni: NodeInfo) -> None:
         old = self._tracked.get(id(ni))

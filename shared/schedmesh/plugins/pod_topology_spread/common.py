@@ -10,7 +10,8 @@ countPodsMatchSelector counts nothing with it (`selector.Empty()` short-circuits
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Protocol, Sequence
+from collections.abc import MutableMapping
+from typing import Iterable, Iterator, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -178,18 +179,55 @@ SELECTOR_SOURCES_SERVICE = "spread_selector_sources"
 NO_SELECTOR_SOURCES: SelectorSources = StaticSelectorSources()
 
 
-class WorkloadSelectorSources:
-    """SelectorSources over the selectors schedmesh knows, by (kind, namespace, name)
-    (api.types.WorkloadSelector: the ReplicaSets and StatefulSets of the workloads applied, the
-    Services applied), read at each lookup, so a cluster cache's mapping may change underneath.
-    schedmesh has no ReplicationControllers: none select a pod."""
+class WorkloadSelectors(MutableMapping):
+    """The selectors schedmesh knows (api.types.WorkloadSelector: the ReplicaSets and
+    StatefulSets of the workloads applied, the Services applied) by (kind, namespace, name),
+    with the Services also by namespace: helper.DefaultSelector asks for a namespace's Services
+    for every pod, which a scan of every workload would make cost as many steps as there are
+    workloads."""
 
-    def __init__(self, workloads: Mapping[tuple[str, str, str], WorkloadSelector]) -> None:
+    def __init__(self, selectors: Iterable[WorkloadSelector] = ()) -> None:
+        self._by_key: dict[tuple[str, str, str], WorkloadSelector] = {}
+        self._services: dict[str, dict[str, WorkloadSelector]] = {}
+        for w in selectors:
+            self[w.key] = w
+
+    def __getitem__(self, key: tuple[str, str, str]) -> WorkloadSelector:
+        return self._by_key[key]
+
+    def __setitem__(self, key: tuple[str, str, str], w: WorkloadSelector) -> None:
+        self._by_key[key] = w
+        if w.kind == "Service":
+            self._services.setdefault(w.namespace, {})[w.name] = w
+
+    def __delitem__(self, key: tuple[str, str, str]) -> None:
+        w = self._by_key.pop(key)
+        if w.kind == "Service":
+            in_ns = self._services[w.namespace]
+            del in_ns[w.name]
+            if not in_ns:
+                del self._services[w.namespace]
+
+    def __iter__(self) -> Iterator[tuple[str, str, str]]:
+        return iter(self._by_key)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def services(self, namespace: str) -> list[WorkloadSelector]:
+        return list(self._services.get(namespace, {}).values())
+
+
+class WorkloadSelectorSources:
+    """SelectorSources over WorkloadSelectors, read at each lookup, so a cluster cache's may
+    change underneath. schedmesh has no ReplicationControllers: none select a pod."""
+
+    def __init__(self, workloads: WorkloadSelectors) -> None:
         self._workloads = workloads
 
     def services(self, namespace: str) -> Iterable[Optional[Mapping[str, str]]]:
         return [None if w.selector is None else dict(w.selector.match_labels)
-                for w in list(self._workloads.values()) if w.kind == "Service" and w.namespace == namespace]
+                for w in self._workloads.services(namespace)]
 
     def _selector(self, kind: str, namespace: str, name: str) -> Optional[LabelSelector]:
         w = self._workloads.get((kind, namespace, name))

@@ -21,7 +21,8 @@ from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.events import ActionType, EventResource, QueueingHint
 from schedmesh.framework.interface import Code, CycleState
 from schedmesh.plugins.pod_topology_spread import (ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH,
-                                                   PodTopologySpread, StaticSelectorSources, WorkloadSelectorSources)
+                                                   PodTopologySpread, StaticSelectorSources, WorkloadSelectors,
+                                                   WorkloadSelectorSources)
 from schedmesh.plugins.pod_topology_spread.common import count_pods_match_selector
 from schedmesh.plugins.pod_topology_spread.filtering import (MAX_INT32, PRE_FILTER_STATE_KEY, CriticalPaths,
                                                              initial_critical_paths)
@@ -1223,29 +1224,27 @@ DEFAULT_SELECTOR_CASES = [
          sources=StaticSelectorSources(replica_sets={("default", "rs"): None}), want=[]),
     dict(id="a workload's replicaset (the mesh's and explain's sources)",
          pod=pod("p", labels={"app": "w"}, owner={"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs"}),
-         sources=WorkloadSelectorSources({("ReplicaSet", "default", "rs"): WorkloadSelector(
-             "ReplicaSet", "default", "rs", LabelSelector.of({"app": "w"}))}),
+         sources=WorkloadSelectorSources(WorkloadSelectors([
+             WorkloadSelector("ReplicaSet", "default", "rs", LabelSelector.of({"app": "w"}))])),
          want=[("match_expressions", (_req("app", "In", ["w"]),))]),
     dict(id="a workload's statefulset",
          pod=pod("p", labels={"app": "w"}, owner={"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "ss"}),
-         sources=WorkloadSelectorSources({("StatefulSet", "default", "ss"): WorkloadSelector(
-             "StatefulSet", "default", "ss", LabelSelector.of({"app": "w"}))}),
+         sources=WorkloadSelectorSources(WorkloadSelectors([
+             WorkloadSelector("StatefulSet", "default", "ss", LabelSelector.of({"app": "w"}))])),
          want=[("match_expressions", (_req("app", "In", ["w"]),))]),
     dict(id="the Services applied that select the pod merge; another namespace's do not",
          pod=pod("p", labels={"app": "w", "tier": "x"}),
-         sources=WorkloadSelectorSources({
-             ("Service", "default", "a"): WorkloadSelector("Service", "default", "a", LabelSelector.of({"app": "w"})),
-             ("Service", "default", "b"): WorkloadSelector("Service", "default", "b", LabelSelector.of({"tier": "x"})),
-             ("Service", "default", "c"): WorkloadSelector("Service", "default", "c", None),
-             ("Service", "other", "d"): WorkloadSelector("Service", "other", "d", LabelSelector.of({"z": "1"}))}),
+         sources=WorkloadSelectorSources(WorkloadSelectors([
+             WorkloadSelector("Service", "default", "a", LabelSelector.of({"app": "w"})),
+             WorkloadSelector("Service", "default", "b", LabelSelector.of({"tier": "x"})),
+             WorkloadSelector("Service", "default", "c", None),
+             WorkloadSelector("Service", "other", "d", LabelSelector.of({"z": "1"}))])),
          want=[("match_labels", (("app", "w"), ("tier", "x")))]),
     dict(id="a workload of another kind or namespace is not the owner",
          pod=pod("p", labels={"app": "w"}, owner={"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs"}),
-         sources=WorkloadSelectorSources({
-             ("StatefulSet", "default", "rs"): WorkloadSelector("StatefulSet", "default", "rs",
-                                                                LabelSelector.of({"app": "w"})),
-             ("ReplicaSet", "other", "rs"): WorkloadSelector("ReplicaSet", "other", "rs",
-                                                             LabelSelector.of({"app": "w"}))}),
+         sources=WorkloadSelectorSources(WorkloadSelectors([
+             WorkloadSelector("StatefulSet", "default", "rs", LabelSelector.of({"app": "w"})),
+             WorkloadSelector("ReplicaSet", "other", "rs", LabelSelector.of({"app": "w"}))])),
          want=[]),
 ]
 
