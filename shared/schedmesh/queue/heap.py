@@ -47,6 +47,9 @@ class Heap(Generic[T]):
             k[i], k[j] = k[j], k[i]
 
     def _up(self, j: int) -> None:
+        if self._sort_key is not None:
+            self._up_keyed(j)
+            return
         while j > 0:
             i = (j - 1) // 2
             if not self._lt(j, i):
@@ -55,6 +58,8 @@ class Heap(Generic[T]):
             j = i
 
     def _down(self, i0: int, n: int) -> bool:
+        if self._sort_key is not None:
+            return self._down_keyed(i0, n)
         i = i0
         while True:
             j1 = 2 * i + 1
@@ -68,6 +73,48 @@ class Heap(Generic[T]):
                 break
             self._swap(i, j)
             i = j
+        return i > i0
+
+    # With sort keys: the same sifts, comparing the same positions, written out with the moving
+    # item held aside (a chain of swaps leaves the arrays as moving each passed item by one and
+    # putting the moving item last): a pop sifts through a dozen levels of a large activeQ, and
+    # a method call per comparison and per swap was most of its cost.
+    def _up_keyed(self, j: int) -> None:
+        keys, queue, items = self._sort_keys, self._queue, self._items
+        key, name = keys[j], queue[j]
+        start = j
+        while j > 0:
+            i = (j - 1) // 2
+            if not key < keys[i]:
+                break
+            keys[j] = keys[i]
+            queue[j] = queue[i]
+            items[queue[j]][1] = j
+            j = i
+        if j != start:
+            keys[j], queue[j] = key, name
+            items[name][1] = j
+
+    def _down_keyed(self, i0: int, n: int) -> bool:
+        keys, queue, items = self._sort_keys, self._queue, self._items
+        key, name = keys[i0], queue[i0]
+        i = i0
+        while True:
+            j = 2 * i + 1
+            if j >= n:
+                break
+            j2 = j + 1
+            if j2 < n and keys[j2] < keys[j]:
+                j = j2
+            if not keys[j] < key:
+                break
+            keys[i] = keys[j]
+            queue[i] = queue[j]
+            items[queue[i]][1] = i
+            i = j
+        if i != i0:
+            keys[i], queue[i] = key, name
+            items[name][1] = i
         return i > i0
 
     def _pop_last(self) -> T:

@@ -110,6 +110,9 @@ def test_sort_keys_give_the_same_order_as_less_ties_included():
             popped_less.append(a)
             popped_key.append(b)
         assert [q.key for q in by_less.list()] == [q.key for q in by_key.list()], step
+        # each item knows its place (update and delete find items by it)
+        for h in (by_less, by_key):
+            assert all(h._items[k][1] == i for i, k in enumerate(h._queue)), step
     assert popped_less == popped_key and len(popped_less) > 500
 
 
