@@ -40,7 +40,7 @@ from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
 from schedmesh.framework.interface import Code, CycleState, Status
 from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm
-from schedmesh.mesh.answers import FEASIBLE, NOT_EVALUATED, TemplateAnswers
+from schedmesh.mesh.answers import FEASIBLE, NOT_EVALUATED, TemplateAnswers, node_local
 from schedmesh.v1 import scheduling_pb2 as spb
 
 log = logging.getLogger("schedmesh.queue_manager")
@@ -150,6 +150,10 @@ class ShardBatch:
         if (self.changes.beyond_rows or snapshot is not self.snapshot or snapshot.cols is not self.cols
                 or not a.template.valid_for(fw, snapshot, nominator)):
             self.answers.clear()  # the rest of the batch goes pod by pod
+            return None
+        if not node_local(fw, pod):
+            # Node-local when the batch was prepared, no longer: a Service or a controller
+            # selecting it was applied meanwhile, and its default spreading reads other nodes.
             return None
         return a
 

@@ -192,6 +192,39 @@ def test_a_change_beyond_single_nodes_ends_the_batch() -> None:
     assert len(batch.changes.rows) == 2  # no longer watching
 
 
+def test_a_pod_a_service_selects_after_the_batch_was_prepared_is_not_answered_from_it() -> None:
+    """Batchability is decided when a run is prepared; a Service applied before a pod's cycle
+    gives it default spreading, which reads other nodes: the cycle evaluates it alone."""
+    from schedmesh.api.types import LabelSelector, WorkloadSelector
+    from schedmesh.plugins.pod_topology_spread import SELECTOR_SOURCES_SERVICE, WorkloadSelectorSources
+    from schedmesh.plugins.pod_topology_spread.common import WorkloadSelectors
+
+    nodes, init, _ = scheduling_basic(20, 0, 1)
+    pods = [make_pod(f"web-{i}", labels={"app": "web"}) for i in range(3)]
+    snapshot = Snapshot(nodes, init)
+    selectors = WorkloadSelectors()
+    fw = Framework(default_profile(), snapshot_fn=lambda: snapshot,
+                   services={SELECTOR_SOURCES_SERVICE: WorkloadSelectorSources(selectors)})
+    assert all(A.batchable(fw, p) for p in pods)
+    batch = _answered_batch(snapshot, fw, pods)
+    algo = SchedulingAlgorithm()
+
+    def answered(pod) -> bool:
+        state = CycleState()
+        fw.run_pre_filter(state, pod, snapshot)
+        ordered = snapshot.all_indices()
+        return batch.filter(algo, fw, state, pod, snapshot, ordered, len(ordered), Diagnosis(), None) is not None
+
+    assert answered(pods[0])
+    service = WorkloadSelector("Service", "default", "web", LabelSelector.of({"app": "web"}))
+    selectors[service.key] = service
+    assert not A.batchable(fw, pods[1])
+    assert not answered(pods[1])
+    del selectors[service.key]
+    assert answered(pods[2])  # the batch itself still stands for the pods it may answer
+    batch.close()
+
+
 def test_replicas_are_asked_of_the_shards_once_per_template() -> None:
     fw, other = _framework(Snapshot()), _framework(Snapshot())
     a, b, c, d = make_pod("a"), make_pod("b"), make_pod("c", cpu="2"), make_pod("d")

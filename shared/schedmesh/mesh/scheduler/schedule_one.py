@@ -185,7 +185,8 @@ class ScheduleOne:
     def _batchable(self, qpi: QueuedPodInfo) -> bool:
         """Whether the pod may join a run (asked at its pop, its run's preparation and before the
         next run is popped: remembered per pod object, since PodTopologySpread's answer costs a
-        default-selector lookup each time)."""
+        default-selector lookup each time). Only runs are made from it: a Service or controller
+        applied meanwhile may change it, and the batch asks again before it answers a pod."""
         pod = qpi.pod
         got = self._batchable_seen.get(id(pod))
         if got is not None and got[0] is pod:
