@@ -1,13 +1,15 @@
 """Reading Kubernetes manifests as users write them, the way the API server would.
 
-Multi-document YAML, JSON, `kind: List`; v1 Pod, Node, Namespace, scheduling.k8s.io/v1
-PriorityClass, node.k8s.io/v1 RuntimeClass, policy/v1 PodDisruptionBudget, apps/v1 Deployment,
-ReplicaSet and StatefulSet
-(expanded to their pods, named as their controllers name them) and
+Multi-document YAML, JSON, `kind: List`; v1 Pod, Node, Namespace, Service (its selector),
+scheduling.k8s.io/v1 PriorityClass, node.k8s.io/v1 RuntimeClass, policy/v1 PodDisruptionBudget,
+apps/v1 Deployment, ReplicaSet and StatefulSet, v1 ReplicationController and batch/v1 Job
+(expanded to the pods their controllers create at once, named as they name them) and
 kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration (kept as a dict for
-`schedmesh.framework.config`). Defaults are applied as the API server applies them
-(namespace, requests from limits, pod-level requests, matchLabelKeys merged into
-affinity selectors), and names, labels and annotations are validated as it validates them.
+`schedmesh.framework.config`). Kinds scheduling never reads (ConfigMaps, Secrets, RBAC,
+Ingresses, ...: `_SKIPPED`) are accepted and kept only as names (`Manifests.skipped`), so a
+platform's manifest applies whole; any other kind is refused. Defaults are applied as the API
+server applies them (namespace, requests from limits, pod-level requests, matchLabelKeys merged
+into affinity selectors), and names, labels and annotations are validated as it validates them.
 Every error is a ManifestError naming the source, the document, the field path and the reason.
 
 Input is bounded (the limits below) and refused before it is expanded: a YAML alias bomb or a
@@ -59,7 +61,7 @@ MAX_DOCUMENTS = 10_000                 # YAML documents per file or text
 MAX_EXPANDED_NODES = 1_000_000         # YAML/JSON nodes per request, every alias expanded
 MAX_TEMPLATE_COPY_NODES = 2_000_000    # replicas x pod-template nodes, summed over a request's workloads
 MAX_OBJECTS = 100_000                  # objects per request after List items and workload pods
-MAX_REPLICAS = 10_000                  # spec.replicas of a Deployment, ReplicaSet or StatefulSet
+MAX_REPLICAS = 10_000                  # pods one workload expands to (spec.replicas; a Job's parallel pods)
 MAX_CONTAINERS = 100                   # spec.containers, and spec.initContainers, per pod
 MAX_PORTS_PER_CONTAINER = 1_000        # ports of one container
 MAX_PORTS_PER_POD = 2_000              # ports of a pod's containers and init containers together
@@ -91,12 +93,32 @@ class Manifests:
     runtime_classes: list[RuntimeClass] = field(default_factory=list)
     # The pod controllers the workloads expanded here stand for (their selectors).
     workloads: list[WorkloadSelector] = field(default_factory=list)
+    # Objects of kinds scheduling never reads: named in apply's output, never published.
+    skipped: list["SkippedObject"] = field(default_factory=list)
 
     def extend(self, other: "Manifests") -> "Manifests":
         for f in ("nodes", "pods", "priority_classes", "pdbs", "namespaces", "scheduler_configs", "runtime_classes",
-                  "workloads"):
+                  "workloads", "skipped"):
             getattr(self, f).extend(getattr(other, f))
         return self
+
+
+@dataclass(frozen=True)
+class SkippedObject:
+    """An object accepted but not read (a ConfigMap, a Role, ...): scheduling never looks at
+    its kind, so only its name is kept, for the line apply and delete -f print about it."""
+
+    resource: str   # as kubectl names the kind: "configmap", "role.rbac.authorization.k8s.io"
+    namespace: str  # "" for a cluster-scoped kind
+    name: str
+    reason: str     # why it is skipped, for the line
+
+    @property
+    def key(self) -> str:
+        return f"{self.resource}/{self.namespace}/{self.name}" if self.namespace else f"{self.resource}/{self.name}"
+
+    def line(self) -> str:
+        return f"{self.key} skipped: {self.reason}"
 
 
 class _Doc:
@@ -327,7 +349,8 @@ def path_segment_errors(value: str) -> list[str]:
 
 def _name_errors_for(kind: str, strict: bool) -> Callable[[str], list[str]]:
     """Strictly as the API server: ValidateNamespaceName is a DNS label; Pods, Nodes,
-    PriorityClasses, RuntimeClasses, PDBs and the apps/v1 workloads are DNS subdomains.
+    PriorityClasses, RuntimeClasses, PDBs and the workloads (apps/v1, ReplicationControllers,
+    Jobs) are DNS subdomains.
     Otherwise any name that can be a URL path segment (see load_text's strict_names)."""
     if not strict:
         return path_segment_errors
@@ -622,13 +645,14 @@ class _Request:
             raise doc.fail(path, f"the request has more than {MAX_OBJECTS} objects "
                                  "(List items and the pods of workloads included)")
 
-    def copy_template(self, doc: "_Doc", replicas: int, template_nodes: int) -> None:
-        """Every replica parses its own copy of the pod template: bound what that costs."""
+    def copy_template(self, doc: "_Doc", replicas: int, template_nodes: int, path: str = "spec.replicas") -> None:
+        """Every replica parses its own copy of the pod template: bound what that costs. `path`:
+        the field that sets how many replicas there are."""
         self.template_copy_nodes += replicas * template_nodes
         if self.template_copy_nodes > MAX_TEMPLATE_COPY_NODES:
-            raise doc.fail("spec.replicas", f"Invalid value: {replicas}: {replicas} copies of a {template_nodes}-node "
-                                            f"pod template take the request past {MAX_TEMPLATE_COPY_NODES} "
-                                            "pod-template nodes")
+            raise doc.fail(path, f"Invalid value: {replicas}: {replicas} copies of a {template_nodes}-node "
+                                 f"pod template take the request past {MAX_TEMPLATE_COPY_NODES} "
+                                 "pod-template nodes")
 
     def generate_name(self, doc: "_Doc", kind: str, namespace: str, base: str,
                       draw: Callable[[], str]) -> str:
@@ -1210,80 +1234,270 @@ def _pods_prefix(controller: str) -> str:
     return prefix if not dns1123_subdomain_errors(_mask_trailing_dash(prefix)) else controller
 
 
-_WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet")
+# Labels and the annotation kube's Job API and job controller give a Job's pods (batch/v1's
+# JobNameLabel, ControllerUidLabel, their legacy unprefixed forms, JobCompletionIndexAnnotation).
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+JOB_CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+LEGACY_JOB_NAME_LABEL = "job-name"
+LEGACY_JOB_CONTROLLER_UID_LABEL = "controller-uid"
+JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+_MAX_INDEXED_JOB_PARALLELISM = 100_000  # batch validation's maxParallelismForIndexedJob
 
 
-def expand_workload(doc: _Doc, d: dict) -> tuple[list[Pod], WorkloadSelector]:
-    """apps/v1 Deployment, ReplicaSet or StatefulSet -> its replicas as pods and the selector of
-    their controller (a Deployment's ReplicaSet selects its pods by the Deployment's selector and
-    their pod-template-hash, as kube's deployment controller makes it). Pods are named as their
+@dataclass
+class _Replicas:
+    """What a workload's controller makes its pods from, as read from the workload's spec."""
+
+    count: int                         # the pods it creates at once
+    count_path: str                    # the field that decides `count`, for messages
+    template: dict                     # spec.template
+    labels: dict[str, str]             # the pods' labels (the template's, and any its API server adds)
+    owner_api_version: str             # of the pods' controller reference
+    selector: Optional[LabelSelector]  # the workload's spec.selector, defaulted
+    # helper.DefaultSelector reads this kind's selector (ReplicaSets, StatefulSets and
+    # ReplicationControllers do, Jobs do not): only then is a WorkloadSelector kept for it.
+    spreads_by_default: bool = True
+    indexed: bool = False              # an Indexed Job: each pod carries its completion index
+
+
+def _nonnegative(doc: _Doc, d: Any, path: str, default: Optional[int]) -> Optional[int]:
+    n = doc.int_(d, path, default)
+    if n is not None and n < 0:
+        raise doc.fail(path, f"Invalid value: {n}: must be greater than or equal to 0")
+    return n
+
+
+def _within_replica_limit(doc: _Doc, count: int, path: str) -> None:
+    if count > MAX_REPLICAS:
+        raise doc.fail(path, f"Invalid value: {count}: must be no more than {MAX_REPLICAS} "
+                             "(the most pods one workload is expanded to)")
+
+
+def _pod_template(doc: _Doc, spec: dict) -> tuple[dict, dict]:
+    """spec.template and its metadata."""
+    template = doc.obj(spec.get("template"), "spec.template")
+    return template, doc.obj(template.get("metadata"), "spec.template.metadata")
+
+
+def _selects_template(doc: _Doc, selector: Optional[LabelSelector], labels: dict[str, str]) -> None:
+    if selector is not None and not selector.matches(labels):
+        raise doc.fail("spec.template.metadata.labels", "`selector` does not match template `labels`")
+
+
+def _template_restart_policy(doc: _Doc, template: dict) -> str:
+    """spec.template.spec.restartPolicy as written ("" when unset: a pod's default, Always)."""
+    tspec = doc.obj(template.get("spec"), "spec.template.spec")
+    return doc.str_(tspec.get("restartPolicy"), "spec.template.spec.restartPolicy")
+
+
+def _restarts_always(doc: _Doc, template: dict) -> None:
+    """Controllers that keep their replicas running take only pods restarted Always (apps and
+    core validation of a ReplicaSet's, a StatefulSet's, a ReplicationController's template)."""
+    policy = _template_restart_policy(doc, template)
+    if policy not in ("", "Always"):
+        raise doc.fail("spec.template.spec.restartPolicy",
+                       f'Unsupported value: {_quote(policy)}: supported values: "Always"')
+
+
+def _apps_replicas(doc: _Doc, meta: ObjectMeta, spec: dict) -> _Replicas:
+    """apps/v1 Deployment, ReplicaSet, StatefulSet: spec.replicas pods (default 1)."""
+    replicas = _nonnegative(doc, spec.get("replicas"), "spec.replicas", 1)
+    _within_replica_limit(doc, replicas, "spec.replicas")
+    template, tmeta = _pod_template(doc, spec)
+    selector = parse_label_selector(doc, spec.get("selector"), "spec.selector")
+    labels = doc.labels(tmeta.get("labels"), "spec.template.metadata.labels")
+    _selects_template(doc, selector, labels)
+    _restarts_always(doc, template)
+    return _Replicas(replicas, "spec.replicas", template, labels, "apps/v1", selector)
+
+
+def _replication_controller_replicas(doc: _Doc, meta: ObjectMeta, spec: dict) -> _Replicas:
+    """v1 ReplicationController: spec.replicas pods (default 1); its selector is a plain label
+    map, and when absent or empty it is the template's labels (SetDefaults_ReplicationController)."""
+    replicas = _nonnegative(doc, spec.get("replicas"), "spec.replicas", 1)
+    _within_replica_limit(doc, replicas, "spec.replicas")
+    if spec.get("template") is None:  # optional in the type, required by validation
+        raise doc.fail("spec.template", "Required value")
+    template, tmeta = _pod_template(doc, spec)
+    labels = doc.labels(tmeta.get("labels"), "spec.template.metadata.labels")
+    selector = doc.labels(spec.get("selector"), "spec.selector") or labels
+    if not selector:
+        raise doc.fail("spec.selector", "Required value")
+    _selects_template(doc, LabelSelector.of(selector), labels)
+    _restarts_always(doc, template)
+    return _Replicas(replicas, "spec.replicas", template, labels, "v1", LabelSelector.of(selector))
+
+
+def _job_generated_selector(doc: _Doc, meta: ObjectMeta, labels: dict[str, str],
+                            selector: Optional[LabelSelector]) -> tuple[dict[str, str], LabelSelector]:
+    """The Job API's generateSelector (manualSelector unset): the pod template gets the Job's
+    name and uid as labels and the selector selects the uid. A template label set to another
+    value, or a selector that would not select those labels, is refused as ValidateJob refuses it."""
+    uid = _uid_for("Job", meta.namespace, meta.name)
+    generated = {LEGACY_JOB_NAME_LABEL: meta.name, JOB_NAME_LABEL: meta.name,
+                 LEGACY_JOB_CONTROLLER_UID_LABEL: uid, JOB_CONTROLLER_UID_LABEL: uid}
+    for key, value in generated.items():
+        if labels.get(key, value) != value:
+            raise doc.fail(f"spec.template.metadata.labels[{key}]",
+                           f"Invalid value: {_quote(labels[key])}: must be '{value}'")
+    match_labels = dict(selector.match_labels) if selector is not None else {}
+    match_labels.setdefault(JOB_CONTROLLER_UID_LABEL, uid)
+    selector = LabelSelector.of(match_labels, list(selector.match_expressions) if selector is not None else [])
+    if not selector.matches(generated):
+        raise doc.fail("spec.selector", f"Invalid value: {_quote(str(selector))}: `selector` not auto-generated")
+    return {**labels, **generated}, selector
+
+
+def _job_restart_policy(doc: _Doc, template: dict, spec: dict) -> None:
+    """validateJobSpec: a Job's pods must end, so Always (and unset, which a pod defaults to
+    Always) is refused."""
+    path = "spec.template.spec.restartPolicy"
+    policy = _template_restart_policy(doc, template)
+    if policy in ("", "Always"):
+        raise doc.fail(path, 'Required value: valid values: "OnFailure", "Never"')
+    if policy not in ("OnFailure", "Never"):
+        raise doc.fail(path, f'Unsupported value: {_quote(policy)}: supported values: "OnFailure", "Never"')
+    if spec.get("podFailurePolicy") is not None and policy != "Never":
+        raise doc.fail(path, f'Invalid value: {_quote(policy)}: only "Never" is supported when '
+                             "podFailurePolicy is specified")
+
+
+def _job_replicas(doc: _Doc, meta: ObjectMeta, spec: dict) -> _Replicas:
+    """batch/v1 Job: the pods its controller creates for it at once (manageJob, no pod yet):
+    parallelism of them (default 1), no more than spec.completions when that is set, none while
+    it is suspended."""
+    parallelism = _nonnegative(doc, spec.get("parallelism"), "spec.parallelism", None)
+    completions = _nonnegative(doc, spec.get("completions"), "spec.completions", None)
+    mode = doc.str_(spec.get("completionMode"), "spec.completionMode") or "NonIndexed"
+    if mode not in ("NonIndexed", "Indexed"):
+        raise doc.fail("spec.completionMode",
+                       f'Unsupported value: {_quote(mode)}: supported values: "NonIndexed", "Indexed"')
+    indexed = mode == "Indexed"
+    if indexed:
+        if completions is None:
+            raise doc.fail("spec.completions", "Required value: when completion mode is Indexed")
+        if parallelism is not None and parallelism > _MAX_INDEXED_JOB_PARALLELISM:
+            raise doc.fail("spec.parallelism", f"Invalid value: {parallelism}: must be less than or equal to "
+                                               f"{_MAX_INDEXED_JOB_PARALLELISM} when completion mode is Indexed")
+        # ValidateJob: the last index's hostname must be a DNS label; a name check, so only
+        # with strict names (load_text's strict_names)
+        highest = f"{meta.name}-{completions - 1}"
+        if doc.req.strict_names and completions > 0 and dns1123_label_errors(highest):
+            raise doc.fail("metadata.name", f"Invalid value: {_quote(meta.name)}: will not able to create pod "
+                                            f"with invalid DNS label: {highest}")
+    if parallelism is None:  # batch/v1 defaulting
+        parallelism = 1
+    suspended = doc.bool_(spec.get("suspend"), "spec.suspend")
+    count = 0 if suspended else parallelism if completions is None else min(parallelism, completions)
+    count_path = "spec.completions" if completions is not None and completions < parallelism else "spec.parallelism"
+    _within_replica_limit(doc, count, count_path)
+    template, tmeta = _pod_template(doc, spec)
+    selector = parse_label_selector(doc, spec.get("selector"), "spec.selector")
+    labels = doc.labels(tmeta.get("labels"), "spec.template.metadata.labels")
+    if doc.bool_(spec.get("manualSelector"), "spec.manualSelector"):
+        if selector is None:
+            raise doc.fail("spec.selector", "Required value")
+    else:
+        labels, selector = _job_generated_selector(doc, meta, labels, selector)
+    _selects_template(doc, selector, labels)
+    _job_restart_policy(doc, template, spec)
+    return _Replicas(count, count_path, template, labels, "batch/v1", selector, spreads_by_default=False,
+                     indexed=indexed)
+
+
+def _indexed_pods_prefix(job: str, index: int) -> str:
+    """The job controller's podGenerateNameWithIndex: "<job>-<index>-", the Job's name cut so
+    the index stays within a generated name's prefix."""
+    suffix = f"-{index}-"
+    if len(job) + len(suffix) > _MAX_GENERATED_BASE:
+        job = job[:_MAX_GENERATED_BASE - len(suffix)]
+    return job + suffix
+
+
+_APPS_WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet")
+_REPLICA_READERS: dict[str, Callable[[_Doc, ObjectMeta, dict], _Replicas]] = {
+    **{kind: _apps_replicas for kind in _APPS_WORKLOAD_KINDS},
+    "ReplicationController": _replication_controller_replicas,
+    "Job": _job_replicas,
+}
+
+
+def expand_workload(doc: _Doc, d: dict) -> tuple[list[Pod], Optional[WorkloadSelector]]:
+    """apps/v1 Deployment, ReplicaSet or StatefulSet, v1 ReplicationController or batch/v1 Job ->
+    the pods its controller creates at once and the selector of their controller, when
+    PodTopologySpread's default constraints read that kind's (a Deployment's ReplicaSet selects
+    its pods by the Deployment's selector and their pod-template-hash, as kube's deployment
+    controller makes it; a Job's selector is never read: None). Pods are named as their
     controllers name them: a Deployment's pods "<deployment>-<pod-template-hash>-<5 characters>"
-    (its ReplicaSet is "<deployment>-<pod-template-hash>"), a ReplicaSet's "<replicaset>-<5
-    characters>", a StatefulSet's "<statefulset>-<ordinal>". The 5 characters are drawn from kube's
-    alphabet by a generator seeded with the workload and its template, so the same manifest expands
-    to the same names, and drawn again when a name is taken in the request."""
+    (its ReplicaSet is "<deployment>-<pod-template-hash>"), a ReplicaSet's, a
+    ReplicationController's and a Job's "<name>-<5 characters>", an Indexed Job's
+    "<job>-<index>-<5 characters>", a StatefulSet's "<statefulset>-<ordinal>". The 5 characters
+    are drawn from kube's alphabet by a generator seeded with the workload and its template, so
+    the same manifest expands to the same names, and drawn again when a name is taken in the
+    request."""
     kind = d["kind"]
     meta = _meta(doc, d.get("metadata"), kind, True)
     ns, req = meta.namespace, doc.req
     req.define(doc, kind, ns, meta.name)
     spec = doc.obj(d.get("spec"), "spec")
-    replicas = doc.int_(spec.get("replicas"), "spec.replicas", 1)
-    if replicas < 0:
-        raise doc.fail("spec.replicas", f"Invalid value: {replicas}: must be greater than or equal to 0")
-    if replicas > MAX_REPLICAS:
-        raise doc.fail("spec.replicas", f"Invalid value: {replicas}: must be no more than {MAX_REPLICAS} "
-                                        "(the most pods one workload is expanded to)")
-    template = doc.obj(spec.get("template"), "spec.template")
+    replicas = _REPLICA_READERS[kind](doc, meta, spec)
+    template, count = replicas.template, replicas.count
     tmeta = doc.obj(template.get("metadata"), "spec.template.metadata")
-    sel = parse_label_selector(doc, spec.get("selector"), "spec.selector")
-    tlabels = doc.labels(tmeta.get("labels"), "spec.template.metadata.labels")
-    if sel is not None and not sel.matches(tlabels):
-        raise doc.fail("spec.template.metadata.labels", "`selector` does not match template `labels`")
     try:
         template_nodes = _json_nodes(template, MAX_EXPANDED_NODES)
     except _Refused as e:  # not expected: the document was measured when read
         raise doc.fail("spec.template", e.reason) from None
-    req.copy_template(doc, replicas, template_nodes)
-    req.add_objects(doc, replicas, "spec.replicas")
+    req.copy_template(doc, count, template_nodes, replicas.count_path)
+    req.add_objects(doc, count, replicas.count_path)
     template_hash = pod_template_hash(template)
     if kind == "Deployment":
+        sel = replicas.selector
         owner_kind, owner = "ReplicaSet", f"{meta.name}-{template_hash}"
         req.define(doc, "ReplicaSet", ns, owner, f"{doc.where}, whose ReplicaSet it is",
                    made_here=", this Deployment's ReplicaSet,")
-        labels = dict(tlabels, **{"pod-template-hash": template_hash})
+        labels = dict(replicas.labels, **{"pod-template-hash": template_hash})
         # labelsutil.CloneSelectorAndAddLabel: the hash joins the selector's matchLabels
         owner_selector: Optional[LabelSelector] = LabelSelector.of(
             {**(dict(sel.match_labels) if sel is not None else {}), "pod-template-hash": template_hash},
             list(sel.match_expressions) if sel is not None else [])
     else:
-        owner_kind, owner, labels, owner_selector = kind, meta.name, tlabels, sel
+        owner_kind, owner, labels, owner_selector = kind, meta.name, replicas.labels, replicas.selector
     rng = random.Random(hashlib.sha256(f"{kind}/{ns}/{meta.name}/{template_hash}".encode()).digest())
     draw = lambda: "".join(rng.choice(_ALPHANUMS) for _ in range(5))  # noqa: E731
     prefix = _pods_prefix(owner)
+    annotations = (doc.str_map(tmeta.get("annotations"), "spec.template.metadata.annotations")
+                   if replicas.indexed else {})
+    owner_ref = {"kind": owner_kind, "name": owner, "controller": True, "apiVersion": replicas.owner_api_version,
+                 "uid": _uid_for(owner_kind, ns, owner)}
     pods = []
-    for i in range(max(replicas, 1)):  # with 0 replicas the template is still validated
+    for i in range(max(count, 1)):  # with no pod to make the template is still validated
+        pm = dict(tmeta)
+        pod_labels = labels
         if kind == "StatefulSet":
             name = f"{meta.name}-{i}"
             errs = _name_errors_for("Pod", req.strict_names)(name)
             if errs:
                 raise doc.fail("metadata.name",
                                f"the pod name {_quote(name)} made from it is invalid: {'; '.join(errs)}")
+        elif replicas.indexed:
+            name = req.generate_name(doc, "Pod", ns, _indexed_pods_prefix(meta.name, i), draw)
+            # the job controller's addCompletionIndexAnnotation and addCompletionIndexLabel
+            pod_labels = {**labels, JOB_COMPLETION_INDEX: str(i)}
+            pm["annotations"] = {**annotations, JOB_COMPLETION_INDEX: str(i)}
         else:
             name = req.generate_name(doc, "Pod", ns, prefix, draw)
-        pm = dict(tmeta)
-        pm.update({"name": name, "namespace": ns, "labels": labels,
-                   "ownerReferences": [{"kind": owner_kind, "name": owner, "controller": True,
-                                        "apiVersion": "apps/v1", "uid": _uid_for(owner_kind, ns, owner)}]})
+        pm.update({"name": name, "namespace": ns, "labels": pod_labels, "ownerReferences": [owner_ref]})
         pm.pop("generateName", None)
         try:
             pod = parse_pod(_Doc(f"{doc.where} (replica {i})", req), {"metadata": pm, "spec": template.get("spec")})
         except ManifestError as e:
             raise doc.fail(f"spec.template.{e.path}" if e.path else "spec.template", e.reason) from None
-        if replicas:
+        if count:
             req.define(doc, "Pod", ns, name, f"{doc.where}, which generates it",
                        made_here=f", which this {kind} generates,")
             pods.append(pod)
-    return pods, WorkloadSelector(owner_kind, ns, owner, owner_selector)
+    workload = WorkloadSelector(owner_kind, ns, owner, owner_selector) if replicas.spreads_by_default else None
+    return pods, workload
 
 
 _PARSERS: dict[tuple[str, str], Callable[[_Doc, dict], Any]] = {
@@ -1295,8 +1509,71 @@ _PARSERS: dict[tuple[str, str], Callable[[_Doc, dict], Any]] = {
     ("policy/v1", "PodDisruptionBudget"): parse_pdb,
     ("v1", "Service"): parse_service,
 }
-_WORKLOADS = {("apps/v1", k) for k in _WORKLOAD_KINDS}
+_WORKLOADS = {("apps/v1", k) for k in _APPS_WORKLOAD_KINDS} | {("v1", "ReplicationController"), ("batch/v1", "Job")}
 _CONFIG = ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration")
+
+_NOT_READ = "not used for scheduling"
+# Kinds kube-scheduler never reads and that make no pod now: accepted, kept only as names
+# (Manifests.skipped). (apiVersion, kind) -> (namespaced, why, for apply's line). A list, not
+# "anything unknown": a kind not here may change scheduling, and is refused.
+_SKIPPED: dict[tuple[str, str], tuple[bool, str]] = {
+    ("v1", "ConfigMap"): (True, _NOT_READ),
+    ("v1", "Secret"): (True, _NOT_READ),
+    ("v1", "ServiceAccount"): (True, _NOT_READ),
+    ("v1", "Endpoints"): (True, _NOT_READ),
+    ("discovery.k8s.io/v1", "EndpointSlice"): (True, _NOT_READ),
+    ("rbac.authorization.k8s.io/v1", "Role"): (True, _NOT_READ),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): (True, _NOT_READ),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): (False, _NOT_READ),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): (False, _NOT_READ),
+    ("networking.k8s.io/v1", "Ingress"): (True, _NOT_READ),
+    ("networking.k8s.io/v1", "IngressClass"): (False, _NOT_READ),
+    ("networking.k8s.io/v1", "NetworkPolicy"): (True, _NOT_READ),
+    ("autoscaling/v1", "HorizontalPodAutoscaler"): (True, f"{_NOT_READ} (it resizes its target later, from metrics)"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): (True, f"{_NOT_READ} (it resizes its target later, from metrics)"),
+    ("batch/v1", "CronJob"): (True, f"{_NOT_READ} (its pods appear only when its schedule fires)"),
+}
+# Kinds that change where pods go, or whether they are admitted, but are not modelled: refused
+# with the reason, since skipping them would place pods where kube would not.
+_NOT_MODELLED: dict[tuple[str, str], str] = {
+    ("v1", "LimitRange"): "it defaults pods' requests and limits at admission, which changes where they fit; "
+                          "write the requests into the pods instead",
+    ("v1", "ResourceQuota"): "it refuses pods at admission once the namespace's quota is used up",
+    ("v1", "PersistentVolumeClaim"): "a pod using a claim can only go where its volume binds, and volumes are "
+                                     "not modelled",
+    ("v1", "PersistentVolume"): "its node affinity decides where the pods using it can go, and volumes are "
+                                "not modelled",
+    ("storage.k8s.io/v1", "StorageClass"): "its binding mode and allowed topologies decide where pods with claims "
+                                           "can go, and volumes are not modelled",
+    ("apps/v1", "DaemonSet"): "its pods, one on each node, would take node resources, and DaemonSets are not "
+                              "expanded here",
+}
+
+
+def parse_skipped(doc: _Doc, api: str, kind: str, d: dict) -> SkippedObject:
+    """An object of a kind in _SKIPPED: only its name (and namespace) is read, and checked no
+    more than any object's: a name that can be a URL path segment."""
+    namespaced, reason = _SKIPPED[(api, kind)]
+    m = doc.obj(d.get("metadata"), "metadata")
+    name = doc.str_(m.get("name"), "metadata.name")
+    if not name:
+        raise doc.fail("metadata.name", "Required value: name is required")
+    errs = path_segment_errors(name)
+    if errs:
+        raise doc.fail("metadata.name", _invalid(name, errs))
+    ns = ""
+    if namespaced:
+        ns = doc.str_(m.get("namespace"), "metadata.namespace") or DEFAULT_NAMESPACE
+        errs = _name_errors_for("Namespace", doc.req.strict_names)(ns)
+        if errs:
+            raise doc.fail("metadata.namespace", _invalid(ns, errs))
+    doc.req.define(doc, kind, ns, name)
+    group = api.rpartition("/")[0]  # kubectl names a kind with its group: role.rbac.authorization.k8s.io
+    return SkippedObject(kind.lower() + (f".{group}" if group else ""), ns, name, reason)
+
+
+def _kind_list(kinds: Iterable[tuple[str, str]]) -> str:
+    return ", ".join(sorted(f"{a} {k}" for a, k in kinds))
 
 
 def _describe(d: Any) -> str:
@@ -1349,12 +1626,21 @@ def _add_object(req: _Request, out: Manifests, d: Any, where: str) -> None:
     if (api, kind) in _WORKLOADS:
         pods, workload = expand_workload(doc, d)
         out.pods.extend(pods)
-        out.workloads.append(workload)
+        if workload is not None:
+            out.workloads.append(workload)
+        return
+    if (api, kind) in _SKIPPED:
+        req.add_objects(doc, 1)
+        out.skipped.append(parse_skipped(doc, api, kind, d))
         return
     parser = _PARSERS.get((api, kind))
     if parser is None:
-        known = ", ".join(sorted(f"{a} {k}" for a, k in list(_PARSERS) + list(_WORKLOADS) + [_CONFIG]))
-        raise doc.fail("kind", f"{_quote(api)[1:-1]} {_quote(kind)[1:-1]} is not supported here (supported: {known})")
+        what = f"{_quote(api)[1:-1]} {_quote(kind)[1:-1]}"
+        if (api, kind) in _NOT_MODELLED:
+            raise doc.fail("kind", f"{what} is not supported here and cannot be skipped: {_NOT_MODELLED[(api, kind)]}")
+        raise doc.fail("kind", f"{what} is not supported here (supported: "
+                               f"{_kind_list([*_PARSERS, *_WORKLOADS, _CONFIG])}; skipped, as {_NOT_READ}: "
+                               f"{_kind_list(_SKIPPED)})")
     req.add_objects(doc, 1)
     obj = parser(doc, d)
     if isinstance(obj, (Pod, PodDisruptionBudget)):
@@ -1440,6 +1726,7 @@ def _object_keys(m: Manifests) -> dict[tuple[str, str, str], str]:
     keys.update({("PriorityClass", "", c.name): f"PriorityClass {c.name}" for c in m.priority_classes})
     keys.update({("RuntimeClass", "", c.name): f"RuntimeClass {c.name}" for c in m.runtime_classes})
     keys.update({("Namespace", "", n.name): f"Namespace {n.name}" for n in m.namespaces})
+    keys.update({(s.resource, s.namespace, s.name): s.key for s in m.skipped})
     return keys
 
 

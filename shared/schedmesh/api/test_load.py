@@ -68,7 +68,7 @@ def test_list_item_error_names_the_item():
 
 def test_unknown_kind_and_bad_yaml():
     with pytest.raises(ManifestError, match="not supported"):
-        load_text("apiVersion: v1\nkind: Secret\nmetadata: {name: s}\n")
+        load_text("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n")
     with pytest.raises(ManifestError, match="not valid YAML"):
         load_text("a: [1, 2\n")
 

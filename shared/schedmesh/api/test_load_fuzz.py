@@ -68,6 +68,13 @@ DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name"
                        "template": {"metadata": {"labels": {"app": "d"}},
                                     "spec": {"containers": [{"name": "c"}]}}}}
 STATEFULSET = dict(DEPLOYMENT, kind="StatefulSet", metadata={"name": "s"})
+REPLICATION_CONTROLLER = {"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "r"},
+                          "spec": {"replicas": 2, "template": {"metadata": {"labels": {"app": "r"}},
+                                                               "spec": {"containers": [{"name": "c"}]}}}}
+JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+       "spec": {"parallelism": 3, "completions": 2, "completionMode": "Indexed",
+                "template": {"metadata": {"labels": {"app": "j"}},
+                             "spec": {"restartPolicy": "Never", "containers": [{"name": "c"}]}}}}
 OTHERS = [
     {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"}, "value": 10,
      "preemptionPolicy": "Never"},
@@ -75,8 +82,9 @@ OTHERS = [
      "spec": {"minAvailable": "50%", "selector": {"matchLabels": {"app": "web"}}},
      "status": {"disruptionsAllowed": 1, "disruptedPods": {"web": "2024-01-01T00:00:00Z"}}},
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop", "labels": {"team": "a"}}},
+    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "shop"}, "data": {"a": "b"}},
 ]
-VALID = [POD, NODE, DEPLOYMENT, STATEFULSET, *OTHERS,
+VALID = [POD, NODE, DEPLOYMENT, STATEFULSET, REPLICATION_CONTROLLER, JOB, *OTHERS,
          {"apiVersion": "v1", "kind": "List", "items": [NODE, POD]}]
 
 

@@ -110,6 +110,22 @@ def test_64_levels_are_read() -> None:
     ("MAX_REPLICAS", 5, "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  replicas: 6\n"
      "  template: {spec: {containers: [{name: c}]}}\n", "m.yaml (Deployment d)", "spec.replicas",
      "Invalid value: 6: must be no more than 5 (the most pods one workload is expanded to)"),
+    ("MAX_REPLICAS", 5, "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec:\n  parallelism: 6\n"
+     "  template: {spec: {restartPolicy: Never, containers: [{name: c}]}}\n", "m.yaml (Job j)", "spec.parallelism",
+     "Invalid value: 6: must be no more than 5 (the most pods one workload is expanded to)"),
+    ("MAX_REPLICAS", 5, "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec:\n  parallelism: 9\n"
+     "  completions: 7\n  template: {spec: {restartPolicy: Never, containers: [{name: c}]}}\n", "m.yaml (Job j)",
+     "spec.completions", "Invalid value: 7: must be no more than 5 (the most pods one workload is expanded to)"),
+    ("MAX_REPLICAS", 5, "apiVersion: v1\nkind: ReplicationController\nmetadata: {name: r}\nspec:\n  replicas: 6\n"
+     "  template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c}]}}\n",
+     "m.yaml (ReplicationController r)", "spec.replicas",
+     "Invalid value: 6: must be no more than 5 (the most pods one workload is expanded to)"),
+    ("MAX_TEMPLATE_COPY_NODES", 100, "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec:\n"
+     "  parallelism: 20\n  template: {spec: {restartPolicy: Never, containers: [{name: c}]}}\n", "m.yaml (Job j)",
+     "spec.parallelism", "Invalid value: 20: 20 copies of a"),
+    ("MAX_OBJECTS", 3, "apiVersion: v1\nkind: List\nitems:\n" + "".join(
+        f"- {{apiVersion: v1, kind: ConfigMap, metadata: {{name: c{i}}}}}\n" for i in range(4)),
+     "m.yaml: items[3] (ConfigMap c3)", "", "the request has more than 3 objects"),
     ("MAX_TEMPLATE_COPY_NODES", 100, "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: s}\nspec:\n"
      "  replicas: 20\n  template: {spec: {containers: [{name: c}]}}\n", "m.yaml (StatefulSet s)", "spec.replicas",
      "Invalid value: 20: 20 copies of a 8-node pod template take the request past 100 pod-template nodes"),

@@ -325,10 +325,13 @@ class Namespace:
 class WorkloadSelector:
     """A pod controller's or a Service's kind, namespace, name and spec.selector: what
     PodTopologySpread's default constraints read of it (kube's helper.DefaultSelector). Made
-    when a Deployment, ReplicaSet or StatefulSet is expanded into its pods (a Deployment's is
-    that of the ReplicaSet its pods belong to) and when a Service is applied."""
+    when a Deployment, ReplicaSet, StatefulSet or ReplicationController is expanded into its
+    pods (a Deployment's is that of the ReplicaSet its pods belong to) and when a Service is
+    applied. A Job has none: DefaultSelector never reads a Job's selector."""
 
-    kind: str  # "ReplicaSet", "StatefulSet", or "Service" (its spec.selector, labels only)
+    # "ReplicaSet", "StatefulSet", "ReplicationController" or "Service" (the last two: their
+    # spec.selector, labels only)
+    kind: str
     namespace: str
     name: str
     selector: Optional[LabelSelector]  # None: a nil selector (selects nothing)

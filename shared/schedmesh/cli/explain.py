@@ -179,6 +179,10 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     for p in pending.pods:
         if p.runtime_class_name in runtime_classes:
             admit_runtime_class(p, runtime_classes)
+    skipped = [s.key for s in cluster.skipped + pending.skipped]
+    if skipped:
+        print(f"schedmesh explain: ignoring {len(skipped)} object(s) not used for scheduling: "
+              f"{', '.join(skipped[:5])}" + (", ..." if len(skipped) > 5 else ""), file=sys.stderr)
     unbound = [p.key for p in cluster.pods if not p.node_name]
     if unbound:
         print(f"schedmesh explain: ignoring {len(unbound)} pod(s) in --cluster without spec.nodeName "

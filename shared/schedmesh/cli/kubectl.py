@@ -734,11 +734,13 @@ _KINDS = {"pods": "pod", "po": "pod", "nodes": "node", "no": "node", "prioritycl
           "svc": "service"}
 
 
-def manifest_objects(files: list[str]) -> list[tuple[str, str, str]]:
+def manifest_objects(files: list[str]) -> tuple[list[tuple[str, str, str]], list[str]]:
     """(kind, namespace, name) of every object in the manifests, in file order (pods of a
-    Deployment as it expands them)."""
+    Deployment as it expands them), and a line for each object of a kind apply skips (never
+    applied, so nothing to delete)."""
     from schedmesh.api.load import load_text, read_manifest
     out = []
+    skipped: list[str] = []
     for f in files:
         m = load_text(read_manifest(f), "<stdin>" if f == "-" else f)
         if m.namespaces:
@@ -750,7 +752,8 @@ def manifest_objects(files: list[str]) -> list[tuple[str, str, str]]:
         out += [("node", "", n.name) for n in m.nodes]
         out += [("priorityclass", "", c.name) for c in m.priority_classes]
         out += [("runtimeclass", "", c.name) for c in m.runtime_classes]
-    return out
+        skipped += [s.line() for s in m.skipped]
+    return out, skipped
 
 
 def run_delete(args: argparse.Namespace) -> int:
@@ -759,26 +762,30 @@ def run_delete(args: argparse.Namespace) -> int:
     if args.filename:
         if args.kind or args.name:
             raise MeshError("delete: give either -f FILE or KIND NAME, not both")
-        targets = manifest_objects(args.filename)
+        targets, skipped = manifest_objects(args.filename)
     else:
+        skipped = []
         if not args.kind or not args.name:
             raise MeshError("delete: give KIND NAME... (pod, node, priorityclass, runtimeclass, pdb, service) "
                             "or -f FILE")
         kind = _KINDS.get(args.kind, args.kind)
         ns = args.namespace if kind in ("pod", "pdb", "service") else ""
         targets = [(kind, ns, name) for name in args.name]
-    c = _client()
     failed = 0
-    try:
-        for kind, ns, name in targets:
-            try:
-                resp = c.call("Delete", queue_pb2.DeleteRequest(kind=kind, namespace=ns, name=name))
-                print(resp.result or f'{kind} "{name}" deleted')
-            except MeshError as e:  # kubectl goes on with the rest and fails at the end
-                _err(f"Error from server: {e}")
-                failed += 1
-    finally:
-        c.close()
+    if targets:  # a manifest of skipped kinds only needs no mesh
+        c = _client()
+        try:
+            for kind, ns, name in targets:
+                try:
+                    resp = c.call("Delete", queue_pb2.DeleteRequest(kind=kind, namespace=ns, name=name))
+                    print(resp.result or f'{kind} "{name}" deleted')
+                except MeshError as e:  # kubectl goes on with the rest and fails at the end
+                    _err(f"Error from server: {e}")
+                    failed += 1
+        finally:
+            c.close()
+    for line in skipped:
+        print(line)
     return 1 if failed else 0
 
 

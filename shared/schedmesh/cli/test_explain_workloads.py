@@ -1,6 +1,6 @@
 """A workload's replicas get PodTopologySpread's system default constraints, as kube gives them:
-their controller (a Deployment's ReplicaSet, a StatefulSet) or a Service selects them
-(helper.DefaultSelector)."""
+their controller (a Deployment's ReplicaSet, a StatefulSet, a ReplicationController) or a Service
+selects them (helper.DefaultSelector); a Job's pods are not selected by their Job."""
 from __future__ import annotations
 
 from schedmesh.api.load import load_text
@@ -117,3 +117,37 @@ spec:
   containers: [{name: c, image: nginx, resources: {requests: {cpu: 100m, memory: 64Mi}}}]
 """
     assert _spread_scores(PLAIN, cluster) == [{"n1": 132, "n2": 200}]
+
+
+def test_replicas_of_a_replication_controller_are_spread_by_default():
+    """An RC's selector (its template's labels when it has none) selects its pods, as a
+    ReplicaSet's does: the same scores as the Deployment's replicas."""
+    rc = """
+apiVersion: v1
+kind: ReplicationController
+metadata: {name: web}
+spec:
+  replicas: 2
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: c, image: nginx, resources: {requests: {cpu: 100m, memory: 64Mi}}}]
+"""
+    assert _spread_scores(rc) == [{"n1": 200, "n2": 200}, {"n1": 132, "n2": 200}]
+
+
+def test_a_job_s_pods_get_no_default_spreading():
+    """DefaultSelector reads no Job: its pods, like a pod no controller selects, get no score."""
+    job = """
+apiVersion: batch/v1
+kind: Job
+metadata: {name: batch}
+spec:
+  parallelism: 2
+  template:
+    metadata: {labels: {app: batch}}
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: busybox, resources: {requests: {cpu: 100m, memory: 64Mi}}}]
+"""
+    assert _spread_scores(job) == [{"n1": None, "n2": None}] * 2

@@ -233,6 +233,8 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                 plan.lines.append(f"pod/{p.namespace}/{p.name} configured")
             else:
                 plan.lines.append(f"pod/{p.namespace}/{p.name} unchanged")
+        # Kinds scheduling never reads (ConfigMaps, RBAC, ...): a line each, nothing published.
+        plan.lines += [s.line() for s in m.skipped]
         return plan
 
     async def _settled(self, pod: Pod, timeout: float = 15.0) -> Optional[Pod]:

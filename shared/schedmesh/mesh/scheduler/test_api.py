@@ -1,7 +1,8 @@
 """The Scheduler API's Apply, in process against a stand-in queue-manager (a real ClusterCache, a
 producer that records what is sent): the manifest is read in a worker thread, or when large in
 the admission worker process, never on the event loop, with the same refusals either way; names an API server refuses are accepted with kubectl's
-warning by default and refused with --strict-names."""
+warning by default and refused with --strict-names; kinds scheduling never reads get a "skipped"
+line and are never published."""
 from __future__ import annotations
 
 import asyncio
@@ -259,3 +260,65 @@ def test_the_worker_process_ends_with_a_killed_queue_manager(tmp_path) -> None:
         pytest.fail("the admission worker outlived its killed parent by 10 s")
     finally:
         owner.kill()
+
+
+PLATFORM = """
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: shop}
+data: {a: b}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: reader}
+rules: []
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly, namespace: shop}
+spec: {schedule: "0 3 * * *", jobTemplate: {spec: {template: {spec: {containers: [{name: c}]}}}}}
+---
+apiVersion: v1
+kind: ReplicationController
+metadata: {name: legacy, namespace: shop}
+spec:
+  replicas: 2
+  template:
+    metadata: {labels: {app: legacy}}
+    spec: {containers: [{name: c}]}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: migrate, namespace: shop}
+spec:
+  template:
+    spec: {restartPolicy: Never, containers: [{name: c}]}
+"""
+
+
+@pytest.mark.parametrize("in_worker", [False, True], ids=["read here", "read in the worker process"])
+def test_skipped_kinds_get_a_line_and_are_never_published(in_worker: bool, worker_process) -> None:
+    """A platform's manifest applies whole: the RC's and the Job's pods are created, the RC's
+    selector is published (the Job's is never read by the default constraints), and the
+    ConfigMap, ClusterRole and CronJob each get kubectl's kind of line, "skipped", and nothing else."""
+    s = servicer()
+    if in_worker:
+        s.qm.admission = worker_process
+    resp = apply(s, PLATFORM)
+    lines = list(resp.applied)
+    pods = [line for line in lines if line.startswith("pod/")]
+    assert len(pods) == 3 and all(line.endswith(" created") for line in pods)
+    assert sum(line.startswith("pod/shop/legacy-") for line in pods) == 2
+    assert sum(line.startswith("pod/shop/migrate-") for line in pods) == 1
+    assert lines[len(pods):] == [
+        "configmap/shop/settings skipped: not used for scheduling",
+        "clusterrole.rbac.authorization.k8s.io/reader skipped: not used for scheduling",
+        "cronjob.batch/shop/nightly skipped: not used for scheduling (its pods appear only when its schedule fires)"]
+    assert len(published_pods(s)) == 3
+    keys = [k for _t, k, _v in s.qm.producer.sent]
+    assert "workload/ReplicationController/shop/legacy" in keys
+    assert not any(name in k for k in keys for name in ("settings", "reader", "nightly", "workload/Job"))
+    # the skipped objects alone, applied again: skipped again, nothing published
+    s.qm.producer.sent.clear()
+    assert list(apply(s, "---".join(PLATFORM.split("---")[:3])).applied) == lines[len(pods):]
+    assert s.qm.producer.sent == []

@@ -180,11 +180,11 @@ NO_SELECTOR_SOURCES: SelectorSources = StaticSelectorSources()
 
 
 class WorkloadSelectors(MutableMapping):
-    """The selectors schedmesh knows (api.types.WorkloadSelector: the ReplicaSets and
-    StatefulSets of the workloads applied, the Services applied) by (kind, namespace, name),
-    with the Services also by namespace: helper.DefaultSelector asks for a namespace's Services
-    for every pod, which a scan of every workload would make cost as many steps as there are
-    workloads."""
+    """The selectors schedmesh knows (api.types.WorkloadSelector: the ReplicaSets, StatefulSets
+    and ReplicationControllers of the workloads applied, the Services applied) by (kind,
+    namespace, name), with the Services also by namespace: helper.DefaultSelector asks for a
+    namespace's Services for every pod, which a scan of every workload would make cost as many
+    steps as there are workloads."""
 
     def __init__(self, selectors: Iterable[WorkloadSelector] = ()) -> None:
         self._by_key: dict[tuple[str, str, str], WorkloadSelector] = {}
@@ -220,7 +220,7 @@ class WorkloadSelectors(MutableMapping):
 
 class WorkloadSelectorSources:
     """SelectorSources over WorkloadSelectors, read at each lookup, so a cluster cache's may
-    change underneath. schedmesh has no ReplicationControllers: none select a pod."""
+    change underneath."""
 
     def __init__(self, workloads: WorkloadSelectors) -> None:
         self._workloads = workloads
@@ -236,7 +236,9 @@ class WorkloadSelectorSources:
         return w.selector
 
     def replication_controller(self, namespace: str, name: str) -> Optional[Mapping[str, str]]:
-        raise NotFound(f"ReplicationController {namespace}/{name}")
+        # An RC's spec.selector is a plain label map, kept as matchLabels.
+        selector = self._selector("ReplicationController", namespace, name)
+        return None if selector is None else dict(selector.match_labels)
 
     def replica_set(self, namespace: str, name: str) -> Optional[LabelSelector]:
         return self._selector("ReplicaSet", namespace, name)

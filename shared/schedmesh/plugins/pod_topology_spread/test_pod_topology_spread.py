@@ -1232,6 +1232,32 @@ DEFAULT_SELECTOR_CASES = [
          sources=WorkloadSelectorSources(WorkloadSelectors([
              WorkloadSelector("StatefulSet", "default", "ss", LabelSelector.of({"app": "w"}))])),
          want=[("match_expressions", (_req("app", "In", ["w"]),))]),
+    dict(id="a workload's replication controller merges into the Services' label set",
+         pod=pod("p", labels={"app": "w", "tier": "x"},
+                 owner={"apiVersion": "v1", "kind": "ReplicationController", "name": "rc"}),
+         sources=WorkloadSelectorSources(WorkloadSelectors([
+             WorkloadSelector("Service", "default", "s", LabelSelector.of({"tier": "x"})),
+             WorkloadSelector("ReplicationController", "default", "rc", LabelSelector.of({"app": "w"})),
+             WorkloadSelector("ReplicationController", "other", "rc", LabelSelector.of({"z": "1"}))])),
+         want=[("match_labels", (("app", "w"), ("tier", "x"))), ("match_expressions", ())]),
+    dict(id="a loaded replication controller's default selector (its template's labels)",
+         pod=pod("p", labels={"app": "w", "tier": "x"},
+                 owner={"apiVersion": "v1", "kind": "ReplicationController", "name": "rc"}),
+         sources=WorkloadSelectorSources(WorkloadSelectors(load_text("""
+apiVersion: v1
+kind: ReplicationController
+metadata: {name: rc}
+spec:
+  template:
+    metadata: {labels: {app: w, tier: x}}
+    spec: {containers: [{name: c}]}
+""").workloads)),
+         want=[("match_labels", (("app", "w"), ("tier", "x")))]),
+    dict(id="a Job is no source: its selector is never read",
+         pod=pod("p", labels={"app": "w"}, owner={"apiVersion": "batch/v1", "kind": "Job", "name": "j"}),
+         sources=WorkloadSelectorSources(WorkloadSelectors([
+             WorkloadSelector("Job", "default", "j", LabelSelector.of({"app": "w"}))])),
+         want=[]),
     dict(id="the Services applied that select the pod merge; another namespace's do not",
          pod=pod("p", labels={"app": "w", "tier": "x"}),
          sources=WorkloadSelectorSources(WorkloadSelectors([

@@ -1,0 +1,75 @@
+"""`schedmesh delete -f FILE`: every object the manifest applied is deleted through the Scheduler
+API (a workload's pods by the names it expands to); objects of kinds apply skips get the same
+"skipped" line and are not asked for."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from schedmesh.api.load import load_text
+from schedmesh.cli import kubectl, mesh
+
+MANIFEST = """
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web}
+spec: {containers: [{name: c}]}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: migrate}
+spec:
+  template:
+    spec: {restartPolicy: Never, containers: [{name: c}]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: reader}
+"""
+
+
+class Client:
+    def __init__(self) -> None:
+        self.deleted: list[tuple[str, str, str]] = []
+
+    def call(self, method: str, request):
+        assert method == "Delete"
+        self.deleted.append((request.kind, request.namespace, request.name))
+        return argparse.Namespace(result=f'{request.kind} "{request.name}" deleted')
+
+    def close(self) -> None:
+        pass
+
+
+def delete_f(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, Client | None]:
+    clients: list[Client] = []
+    monkeypatch.setattr(mesh, "_client", lambda: clients.append(Client()) or clients[-1])
+    rc = kubectl.run_delete(argparse.Namespace(filename=[str(path)], kind=None, name=[], namespace="default"))
+    return rc, (clients[0] if clients else None)
+
+
+def test_delete_f_skips_what_apply_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture) -> None:
+    f = tmp_path / "m.yaml"
+    f.write_text(MANIFEST)
+    rc, client = delete_f(f, monkeypatch)
+    (job_pod,) = [p.name for p in load_text(MANIFEST).pods if p.name != "web"]
+    assert rc == 0 and client.deleted == [("pod", "default", "web"), ("pod", "default", job_pod)]
+    assert capsys.readouterr().out.splitlines() == [
+        'pod "web" deleted', f'pod "{job_pod}" deleted',
+        "configmap/default/settings skipped: not used for scheduling",
+        "clusterrole.rbac.authorization.k8s.io/reader skipped: not used for scheduling"]
+
+
+def test_a_manifest_of_skipped_kinds_needs_no_mesh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    f = tmp_path / "config.yaml"
+    f.write_text(MANIFEST.split("---")[0])
+    assert delete_f(f, monkeypatch) == (0, None)
+    assert capsys.readouterr().out == "configmap/default/settings skipped: not used for scheduling\n"
