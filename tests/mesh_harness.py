@@ -87,7 +87,7 @@ def _stop_mesh_brokers() -> None:
 
 def mesh_stop_note(state: dict) -> str:
     """What `up` and `down` of the mesh described by `state` (mesh.json) say is kept and lost."""
-    from schedmesh.cli.supervisor import EMBEDDED_BROKER_LOSES, external_broker_keeps
+    from schedmesh.local.supervisor import EMBEDDED_BROKER_LOSES, external_broker_keeps
     return external_broker_keeps(state["bootstrap"]) if state.get("external_kafka") else EMBEDDED_BROKER_LOSES
 
 

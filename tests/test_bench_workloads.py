@@ -330,7 +330,7 @@ def test_the_watcher_times_a_record_by_its_kafka_timestamp():
 def test_cpu_seconds_reads_the_processes_and_their_children():
     """The bench's per-process CPU: each named process with its children (this test process
     stands in for a mesh process), and the client's own."""
-    from schedmesh.cli.supervisor import ProcInfo
+    from schedmesh.local.supervisor import ProcInfo
     spin_until = __import__("time").process_time() + 0.05
     while __import__("time").process_time() < spin_until:
         pass

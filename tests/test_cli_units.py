@@ -11,7 +11,7 @@ import pytest
 from schedmesh.api.labels import parse_selector
 from schedmesh.cli import connection
 from schedmesh.cli.kubectl import human_duration
-from schedmesh.cli.supervisor import MeshError, MeshState
+from schedmesh.local.supervisor import MeshError, MeshState
 
 
 @pytest.mark.parametrize("seconds,text", [

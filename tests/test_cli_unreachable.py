@@ -17,9 +17,8 @@ from typing import Iterator
 import grpc
 import pytest
 
-from schedmesh.cli import connection
-from schedmesh.cli.mesh import Client
-from schedmesh.cli.supervisor import MeshError, MeshState, ProcInfo, process_start_ticks, state_path
+from schedmesh.local.client import Client, local_target
+from schedmesh.local.supervisor import MeshError, MeshState, ProcInfo, process_start_ticks, state_path
 from schedmesh.ports import free_port
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 
@@ -56,7 +55,7 @@ def write_state(base: Path, port: int, supervisor_pid: int, **extra) -> MeshStat
 
 
 def client(base: Path, restart_wait: float = Client.RESTART_WAIT) -> Client:
-    return Client(target=connection.local_target(base), timeout=5, restart_wait=restart_wait)
+    return Client(target=local_target(base), timeout=5, restart_wait=restart_wait)
 
 
 class Scheduler(queue_pb2_grpc.SchedulerServicer):

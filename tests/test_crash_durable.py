@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from schedmesh.cli.supervisor import EMBEDDED_BROKER_LOSES
+from schedmesh.local.supervisor import EMBEDDED_BROKER_LOSES
 from schedmesh.security.local import mesh_channel
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from schedmesh.bus import EventConsumer
-from schedmesh.cli.supervisor import EMBEDDED_BROKER_LOSES, external_broker_keeps, kafka_answers
+from schedmesh.local.supervisor import EMBEDDED_BROKER_LOSES, external_broker_keeps, kafka_answers
 from schedmesh.mesh.cluster_cache import TOPIC_PODS
 from schedmesh.mesh.records import PodTopicFold
 from schedmesh.security.local import mesh_channel

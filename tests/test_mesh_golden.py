@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from schedmesh.cli.mesh import Client
-from schedmesh.cli.supervisor import load_state
+from schedmesh.local.client import Client
+from schedmesh.local.supervisor import load_state
 from schedmesh.v1 import queue_pb2
 
 from tests.golden_mesh import CONFIG, GOLDEN, KINDS, pod_key, schedmesh

@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 
 from schedmesh.bus import EventConsumer
-from schedmesh.cli.mesh import Client
-from schedmesh.cli.supervisor import load_state
+from schedmesh.local.client import Client
+from schedmesh.local.supervisor import load_state
 from schedmesh.mesh.cluster_cache import TOPIC_EVENTS, TOPIC_PODS
 from schedmesh.mesh.records import PodTopicFold, expand
 from schedmesh.v1 import events_pb2, queue_pb2

@@ -19,7 +19,7 @@ import pytest
 
 from schedmesh.broker.embedded import find_tansu_binary, free_port
 from schedmesh.bus import EventConsumer, EventProducer
-from schedmesh.cli.supervisor import kafka_answers
+from schedmesh.local.supervisor import kafka_answers
 from schedmesh.security import identity as ids
 from schedmesh.security.credentials import ENV_CA, ENV_CERT, ENV_KAFKA_TLS, ENV_KEY
 from schedmesh.security.pki import make_pki

@@ -17,7 +17,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from schedmesh.cli.supervisor import EMBEDDED_BROKER_LOSES, kafka_answers
+from schedmesh.local.supervisor import EMBEDDED_BROKER_LOSES, kafka_answers
 from schedmesh.security.local import mesh_channel
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 

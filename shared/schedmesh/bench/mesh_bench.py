@@ -275,7 +275,7 @@ def _settle(watcher: _BindWatcher, names: list[str], procs, timeout: float,
     the mesh's processes together use under `quiet_cores` over `window` seconds (the readers
     applying those statuses), for at most `quiet_limit` seconds. Without it the measured pods
     shared the machine with the digestion of 5,000 init pods. Returns the seconds waited."""
-    from schedmesh.cli.supervisor import MeshError
+    from schedmesh.local.supervisor import MeshError
     started = time.time()
     deadline = started + timeout
     while (done := sum(1 for n in names if n in watcher.started)) < len(names):
@@ -304,8 +304,9 @@ def _apply(client, items: list[dict], source: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from schedmesh.api.to_json import node_to_json, pod_to_json
-    from schedmesh.cli.mesh import Client, start_mesh, stop_mesh
-    from schedmesh.cli.supervisor import MeshError, load_state
+    from schedmesh.local.client import Client
+    from schedmesh.local.launch import start_mesh, stop_mesh
+    from schedmesh.local.supervisor import MeshError, load_state
     from schedmesh.v1 import queue_pb2
 
     workload = build(args.workload, args.nodes, args.init_pods, args.pods, args.seed, args.unschedulable_pods)
@@ -328,7 +329,7 @@ def main(args: argparse.Namespace) -> int:
         (base / "pool.yaml").write_text(yaml.safe_dump(pool))
         log(f"bench: starting a mesh ({args.filter_workers} filter + {args.score_workers} score workers, "
             f"{len(nodes)} nodes) in {base}")
-        state, _sup = start_mesh(args.filter_workers, args.score_workers, str(base / "pool.yaml"), args.config,
+        state, _sup = start_mesh(str(base / "pool.yaml"), args.filter_workers, args.score_workers, args.config,
                                  detach=True, base=base, quiet=True, tie_break=args.tie_break)
     client: Optional[Client] = None
     watcher = _BindWatcher(state.bootstrap, prefix, failures=bool(unschedulable))

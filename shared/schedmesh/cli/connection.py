@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 import yaml
 
-from schedmesh.cli.supervisor import NOT_RUNNING, MeshError, MeshState, load_state, state_path
+from schedmesh.local.client import Target, local_target, read_credential
+from schedmesh.local.supervisor import NOT_RUNNING, MeshError, state_path
 
 ENV_SERVER = "SCHEDMESH_SERVER"
 ENV_CONFIG = "SCHEDMESH_CONFIG"
@@ -52,65 +53,8 @@ CONFIG_API_VERSION = "schedmesh.io/v1"
 # The keys of a context, as kubeconfig spells them; the flags carry the same names.
 CONTEXT_KEYS = ("server", "certificate-authority", "client-certificate", "client-key", "token", "token-file",
                 "tls-server-name")
-MAX_MESSAGE_BYTES = 512 * 2**20
 
 
-@dataclass(frozen=True)
-class Target:
-    """A resolved Scheduler API endpoint and the credentials to present to it."""
-    server: str
-    certificate_authority: str = ""
-    client_certificate: str = ""
-    client_key: str = ""
-    token: str = ""
-    tls_server_name: str = ""
-    origin: str = ""  # where it came from, for error messages
-    state: Optional[MeshState] = None  # the local mesh's state, when the target is that mesh
-    state_file: str = ""  # and the file it was read from (read again to see restarts)
-
-    def channel(self):
-        """A blocking gRPC channel: TLS (mutual when a client certificate is given) or, without a
-        CA, plaintext to a loopback address only."""
-        import grpc
-        from schedmesh.security.credentials import channel as plain_or_tls_channel, is_loopback, target_host
-        options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                   ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                   # a restarted queue-manager is reached within a second (gRPC's default backoff grows to 120 s)
-                   ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
-                   ("grpc.max_reconnect_backoff_ms", 1000)]
-        if self.tls_server_name:
-            options.append(("grpc.ssl_target_name_override", self.tls_server_name))
-        if bool(self.client_certificate) != bool(self.client_key):
-            raise MeshError(f"{self.origin}: client-certificate and client-key go together")
-        if not self.certificate_authority:
-            if self.client_certificate:
-                raise MeshError(f"{self.origin}: a client certificate needs certificate-authority too")
-            if not is_loopback(target_host(self.server)):
-                raise MeshError(f"{self.origin}: refusing plaintext gRPC to {self.server} (not a loopback address): "
-                                "give --certificate-authority (and --client-certificate/--client-key)")
-            return plain_or_tls_channel(self.server, None, options)
-        ca = _read_file(self.certificate_authority, "certificate-authority", self.origin)
-        cert = _read_file(self.client_certificate, "client-certificate", self.origin) if self.client_certificate else None
-        key = _read_file(self.client_key, "client-key", self.origin) if self.client_key else None
-        creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
-        return grpc.secure_channel(self.server, creds, options=options)
-
-    def metadata(self) -> list[tuple[str, str]]:
-        from schedmesh.security.credentials import bearer_metadata
-        return bearer_metadata(self.token or None)
-
-
-def _read_file(path: str, what: str, origin: str) -> bytes:
-    try:
-        data = Path(path).expanduser().read_bytes()
-    except OSError as e:
-        raise MeshError(f"{origin}: {what} {path}: {e.strerror}") from None
-    if not data.strip():
-        raise MeshError(f"{origin}: {what} {path} is empty")
-    return data
-
-
-# ------------------------------------------------------------------ arguments
 def add_arguments(p: argparse.ArgumentParser, suppress_defaults: bool = False) -> None:
     """The connection flags. On subcommands they are added with suppressed defaults so that
     `schedmesh --server X get pods` and `schedmesh get pods --server X` both work."""
@@ -194,30 +138,13 @@ def _context_target(path: Path, name: str, ctx: dict[str, Any]) -> Target:
 
     token = str(ctx.get("token") or "")
     if not token and ctx.get("token-file"):
-        token = _read_file(file("token-file"), "token-file", origin).decode().strip()
+        token = read_credential(file("token-file"), "token-file", origin).decode().strip()
     return Target(server=str(ctx["server"]), certificate_authority=file("certificate-authority"),
                   client_certificate=file("client-certificate"), client_key=file("client-key"), token=token,
                   tls_server_name=str(ctx.get("tls-server-name") or ""), origin=origin)
 
 
 # ------------------------------------------------------------------ resolution
-def local_target(base: Optional[Path] = None) -> Target:
-    """The mesh `schedmesh up` runs in `base` (default: the current directory)."""
-    return replace(local_target_of(load_state(base), str(state_path(base))), state_file=str(state_path(base)))
-
-
-def local_target_of(state: MeshState, origin: str = "the local mesh") -> Target:
-    """A local mesh's Scheduler API with the CA, client certificate and token `up` made."""
-    from schedmesh.security.credentials import read_token
-    if not state.scheduler:
-        raise MeshError(f"{origin}: the mesh is still starting (no scheduler address yet)")
-    token = read_token(state.token_file) if state.token_file else ""
-    tls = state.tls
-    return Target(server=state.scheduler, certificate_authority=state.ca if tls else "",
-                  client_certificate=state.client_cert if tls else "", client_key=state.client_key if tls else "",
-                  token=token, origin=origin, state=state)
-
-
 def resolve(args: Optional[argparse.Namespace] = None, env=os.environ) -> Target:
     """The Scheduler API to talk to (see the module's docstring for the order)."""
     args = args if args is not None else _current

@@ -13,7 +13,7 @@ import time
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Optional
 
-from schedmesh.cli.supervisor import MeshError
+from schedmesh.local.supervisor import MeshError
 
 ANNOTATION_QUEUE = "schedmesh.io/queue"
 ANNOTATION_TRACE_ID = "schedmesh.io/trace-id"
@@ -444,7 +444,7 @@ def _health(address: str, target, tls: bool) -> str:
 
 
 def local_services(target) -> list[dict[str, Any]]:
-    from schedmesh.cli.supervisor import pid_alive
+    from schedmesh.local.supervisor import pid_alive
     out = []
     state = target.state
     for p in state.procs:
@@ -459,7 +459,7 @@ def local_services(target) -> list[dict[str, Any]]:
                     "pid": p.pid, "restarts": p.restarts})
     if getattr(state, "external_kafka", False):  # `up --kafka`: no process of the mesh; a Kafka answer says it works
         from schedmesh.cli.mesh import kafka_addresses
-        from schedmesh.cli.supervisor import kafka_answers
+        from schedmesh.local.supervisor import kafka_answers
         up = any(kafka_answers(port, 2.0, host) for host, port in kafka_addresses(state.bootstrap))
         out.append({"name": "broker (--kafka)", "address": state.bootstrap,
                     "health": "SERVING" if up else "UNREACHABLE", "metrics": "", "pid": 0, "restarts": 0})

@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 from schedmesh.api.types import Taint
-from schedmesh.cli.supervisor import MeshError
+from schedmesh.local.supervisor import MeshError
 
 DRAIN_RETRY_SECONDS = 5.0  # kubectl drain retries a refused eviction after 5 s
 DRAIN_POLL_SECONDS = 0.5

@@ -6,7 +6,7 @@ import pytest
 
 from schedmesh.api.types import NO_EXECUTE, NO_SCHEDULE, PREFER_NO_SCHEDULE, Taint
 from schedmesh.cli.nodes import parse_taint_specs
-from schedmesh.cli.supervisor import MeshError
+from schedmesh.local.supervisor import MeshError
 from schedmesh.eviction.testkit import node
 from schedmesh.mesh.controllers.policy import taint_errors
 from schedmesh.mesh.records import apply_node_update, edit_taints, node_update

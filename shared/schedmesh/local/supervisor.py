@@ -11,7 +11,7 @@ Supervision: a service that exits while the mesh is not being stopped, or that s
 ``RestartPolicy.unhealthy_after`` seconds, is started again on the same port (other services
 and the state file point at it) with its log appended, after an exponential backoff. In the
 foreground (`schedmesh up`) the `up` process supervises; with `--detach` a supervisor process
-(``python -m schedmesh.cli.supervisor``, started by `up` in its own session) does, and
+(``python -m schedmesh.local.supervisor``, started by `up` in its own session) does, and
 `schedmesh down` asks it to stop with SIGTERM.
 
 ``SCHEDMESH_UNHEALTHY_SECONDS`` overrides how long a service may stay unhealthy (tests use a
@@ -44,7 +44,7 @@ STATE_FILE = "mesh.json"
 LOGS_DIR = "logs"
 LATEST_LOGS = "latest"  # symlink to the newest run's log directory
 SUPERVISOR_LOG = "supervisor.log"
-SUPERVISOR_MODULE = "schedmesh.cli.supervisor"
+SUPERVISOR_MODULE = "schedmesh.local.supervisor"
 
 #: What stopping the mesh keeps and loses with the embedded (memory-only) broker; `up` and `down`
 #: say it. The queue-manager keeps applied objects in APPLIED_DIR (schedmesh.mesh.applied_store).
@@ -669,7 +669,7 @@ class Supervisor:
 
 # ------------------------------------------------------------------ the detached supervisor process
 def start_detached(launch: dict, base: Path, log_dir: Path, say: Callable[[str], None]) -> MeshState:
-    """Start `python -m schedmesh.cli.supervisor` in its own session; it starts the mesh
+    """Start `python -m schedmesh.local.supervisor` in its own session; it starts the mesh
     (`schedmesh.cli.mesh.launch_services(**launch)`), reports progress and readiness through a
     pipe, then keeps supervising after this process is gone. Returns the state it wrote."""
     log_path = log_dir / SUPERVISOR_LOG
@@ -739,7 +739,7 @@ def _main(argv: Optional[list[str]] = None) -> int:
         log(line)
         tell(say=line)
 
-    from schedmesh.cli.mesh import launch_services
+    from schedmesh.local.launch import launch_services
     base = Path(launch["base"])
     sup = Supervisor(Path(launch["log_dir"]), policy=RestartPolicy.from_env(start_timeout=launch.get("timeout", 120.0)),
                      say=log)

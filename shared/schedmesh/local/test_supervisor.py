@@ -14,7 +14,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from schedmesh.cli.supervisor import RestartPolicy, Supervisor
+from schedmesh.local.supervisor import RestartPolicy, Supervisor
 from schedmesh.ports import free_port
 
 pytestmark = pytest.mark.skipif(sys.platform.startswith("win"), reason="POSIX process groups")
