@@ -3,8 +3,12 @@ pattern) and kept current by following them.
 
 Records are protobuf messages of protos/schedmesh/v1/events.proto. Offsets of the pods and
 nodes topics are tracked so a caller can ask "have you seen at least what I have seen?"
-(`wait_for`), which is how a queue-manager and its shards evaluate the same cluster. Pods a
-queue-manager has assumed but not yet seen bound are overlaid per client (`set_assumed`).
+(`wait_for`), which is how a queue-manager and its shards evaluate the same cluster.
+
+Pods scheduled but not yet seen bound are assumed, per client, kube's AssumePod and ForgetPod:
+the queue-manager assumes each pod it decides (`assume`) and forgets it when its binding fails
+(`forget`); the preemption service overlays the assumptions a queue-manager sends with a request
+(`set_assumed`). A binding, the pod's end or its deletion ends the assumption here.
 """
 from __future__ import annotations
 
@@ -179,16 +183,18 @@ class ClusterCache:
                 self._unindex(pod.meta.namespace, pod.meta.name, uid)
             if old is not None:
                 self._emit("pod", old, None)
+            self._end_assumptions(uid, bound=old is not None and bool(old.node_name))
             return
         if uid not in self.pods:
             self._uids_by_name.setdefault((pod.meta.namespace, pod.meta.name), set()).add(uid)
         self.pods[uid] = pod
-        for client in self._assumed.values():  # the real binding (or the pod's end) supersedes an assumption
-            client.pop(uid, None)
         if is_terminal(pod):
             if old is not None:
                 self._emit("pod", old, None)
+            self._end_assumptions(uid, bound=bool(pod.node_name))
             return
+        if pod.node_name:  # the real binding supersedes an assumption (its copy is replaced below)
+            self._end_assumptions(uid, bound=True)
         if pod.node_name:
             self.snapshot.add_pod(pod)
         self._emit("pod", old, pod)
@@ -248,6 +254,14 @@ class ClusterCache:
         with self.lock:
             entry = self._assumed.get(client, {}).pop(uid, None)
             if entry is not None and not self._is_bound(uid):
+                self.snapshot.remove_pod(entry[0])
+
+    def _end_assumptions(self, uid: str, bound: bool) -> None:
+        """The pod was bound, ended or deleted: no client assumes it any more. Unbound, the copy
+        an assumption put on its node goes too (the room it was assumed to take is free)."""
+        for assumed in self._assumed.values():
+            entry = assumed.pop(uid, None)
+            if entry is not None and not bound:
                 self.snapshot.remove_pod(entry[0])
 
     def _is_bound(self, uid: str) -> bool:

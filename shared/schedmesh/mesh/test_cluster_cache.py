@@ -118,3 +118,40 @@ def test_a_service_deleted_stops_selecting_in_its_namespace():
         cache.apply(topic, value, offset)
         assert list(sources.services("shop")) == ([] if deleted else [{"app": "web"}])
     assert list(sources.services("other")) == [] and not cache.workloads
+
+
+def _requested(cache: ClusterCache, node: str) -> int:
+    return cache.snapshot.get(node).requested.milli_cpu
+
+
+@pytest.mark.parametrize("then, after, forgotten", [
+    # (what the topic says next about the assumed pod, n1's milli-cpu after it, and after a forget)
+    pytest.param("bound", 1000, 1000, id="bound-the-binding-replaces-the-assumption"),
+    pytest.param("deleted", 0, 0, id="deleted-before-its-binding-frees-the-room"),
+    pytest.param("updated-unbound", 1000, 0, id="an-unbound-update-keeps-the-assumption"),
+    pytest.param("failed", 0, 0, id="ended-unbound-frees-the-room"),
+])
+def test_assume_and_forget_are_the_caches(then: str, after: int, forgotten: int):
+    """kube's AssumePod/ForgetPod on the cache: an assumed pod counts on its node until its
+    binding replaces it, its deletion or end frees the room, or its binding fails (forget)."""
+    cache = ClusterCache()
+    _apply(cache, records.node_record(Node(meta=ObjectMeta(name="n1"), allocatable={"cpu": 4, "pods": 10})))
+    pending = _pod("a", node="")
+    pending = dataclasses.replace(pending, phase="Pending")
+    _apply(cache, records.pod_record(pending))
+    assert _requested(cache, "n1") == 0
+    cache.assume("qm", pending, "n1")
+    assert _requested(cache, "n1") == 1000
+    if then == "bound":
+        _apply(cache, records.pod_record(dataclasses.replace(pending, node_name="n1", phase="Running")))
+    elif then == "deleted":
+        _apply(cache, records.pod_record(pending, deleted=True))
+    elif then == "updated-unbound":
+        _apply(cache, records.pod_record(dataclasses.replace(pending, nominated_node_name="n1")))
+    else:
+        _apply(cache, records.pod_record(dataclasses.replace(pending, phase="Failed")))
+    assert _requested(cache, "n1") == after
+    cache.forget("qm", "uid-a")
+    assert _requested(cache, "n1") == forgotten
+    cache.forget("qm", "uid-a")  # forgetting twice changes nothing
+    assert _requested(cache, "n1") == forgotten

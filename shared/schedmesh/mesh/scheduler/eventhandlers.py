@@ -76,10 +76,8 @@ class EventHandlers:
             if old.uid not in self.cache.pods:  # deleted, not ended (an ended pod stays listed, events too)
                 with self._notes_lock:  # shown only about listed pods (describe, get events): kept, they piled up
                     self.notes.pop(old.uid, None)
-            with self._assumed_lock:
-                a = self.assumed.pop(old.uid, None)
-            if a is not None and not old_bound:
-                self.cache.snapshot.remove_pod(a.pod)
+            with self._assumed_lock:  # (the cache ended its assumption: ClusterCache._apply_pod)
+                self.assumed.pop(old.uid, None)
             if old_bound:
                 self.queue.move_all_to_active_or_backoff_queue(EVENT_ASSIGNED_POD_DELETE, old, None)
             elif self._mine(old):

@@ -311,7 +311,7 @@ class ScheduleOne:
                         if root.is_recording():
                             tracer.start_span("select", attributes=k8s_attributes(node=host)).end()
                         # Assume (kube's assume also drops the pod's nomination).
-                        self.cache.snapshot.add_pod(pod, host)
+                        self.cache.assume(self.cfg.client_id, pod, host)
                         self.queue.delete_nominated_pod_if_exists(pod)
                         a = AssumedPod(pod, host, fw, state, qpi, cycle, root, trace_id, started=started)
                         a.evaluated_nodes, a.feasible_nodes = res.evaluated_nodes, res.feasible_nodes
@@ -390,9 +390,7 @@ class ScheduleOne:
         with self.cache.lock:
             with self._assumed_lock:
                 self.assumed.pop(a.pod.uid, None)
-            cur = self.cache.pods.get(a.pod.uid)
-            if cur is None or not cur.node_name:
-                self.cache.snapshot.remove_pod(a.pod)
+            self.cache.forget(self.cfg.client_id, a.pod.uid)
         self._publish_unpublished(a.pod.uid)
 
     def _requeue(self, qpi: QueuedPodInfo, cycle: int) -> None:

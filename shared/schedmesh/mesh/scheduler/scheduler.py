@@ -97,7 +97,9 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         # The extenders' bind calls of a batch run side by side, not one after the other.
         self._extender_bind_pool = (concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="extender-bind")
                                     if any(e.is_binder() for e in cfg.extenders) else None)
-        self.assumed: dict[str, AssumedPod] = {}  # uid -> pods assumed, not yet seen bound
+        # uid -> the pods decided and not yet seen bound, with what their binding cycle needs (kube's
+        # assumed pod info); counting them on their nodes is the cache's (ClusterCache.assume/forget)
+        self.assumed: dict[str, AssumedPod] = {}
         self._early_roots: dict = {}  # uid -> attempt span started with its shard batch
         # pod object id -> (pod, whether it may join a shard run): ScheduleOne._batchable
         self._batchable_seen: dict[int, tuple] = {}
