@@ -1,4 +1,4 @@
-"""schedmesh controller-manager: PDB status, node lifecycle, taint eviction, the Eviction API."""
+"""schedmesh controller-manager: PDB status, node lifecycle, taint eviction, DaemonSets, the Eviction API."""
 from __future__ import annotations
 
 import argparse

@@ -7,9 +7,9 @@ from typing import Optional
 from schedmesh.api.evolve import evolve
 from schedmesh.api.labels import LabelSelector, LabelSelectorRequirement
 from schedmesh.api.quantity import format_exact, parse_quantity
-from schedmesh.api.types import (Affinity, Container, ContainerImage, ContainerPort, Namespace, Node, NodeAffinity,
-                                 NodeCondition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectMeta,
-                                 OwnerReference, Pod, PodAffinity, PodAffinityTerm, PodCondition,
+from schedmesh.api.types import (Affinity, Container, ContainerImage, ContainerPort, DaemonSet, Namespace, Node,
+                                 NodeAffinity, NodeCondition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+                                 ObjectMeta, OwnerReference, Pod, PodAffinity, PodAffinityTerm, PodCondition,
                                  PodDisruptionBudget, PreferredSchedulingTerm, PriorityClass, ResourceList,
                                  RuntimeClass, RuntimeClassScheduling, Taint, Toleration, TopologySpreadConstraint,
                                  WeightedPodAffinityTerm, WorkloadSelector)
@@ -369,3 +369,23 @@ def namespace_to_proto(n: Namespace) -> pb.Namespace:
 
 def namespace_from_proto(m: pb.Namespace) -> Namespace:
     return Namespace(m.name, _map_from(m.labels))
+
+
+def daemon_set_to_proto(d: DaemonSet) -> pb.DaemonSet:
+    out = pb.DaemonSet(template_hash=d.template_hash, template_generation=d.template_generation,
+                       update_strategy=d.update_strategy, max_unavailable=d.max_unavailable)
+    meta_to(d.meta, out.metadata)
+    selector_to(d.selector, out.selector)
+    pod_to_proto(d.template, out.template)
+    if d.template.priority is not None:
+        out.template_priority = d.template.priority
+    return out
+
+
+def daemon_set_from_proto(m: pb.DaemonSet) -> DaemonSet:
+    template = evolve(pod_from_proto(m.template),
+                      priority=m.template_priority if m.HasField("template_priority") else None)
+    return DaemonSet(meta=meta_from(m.metadata), selector=selector_from(m.selector, True),
+                     template=template, template_hash=m.template_hash,
+                     template_generation=m.template_generation, update_strategy=m.update_strategy,
+                     max_unavailable=m.max_unavailable)

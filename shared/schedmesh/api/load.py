@@ -3,7 +3,8 @@
 Multi-document YAML, JSON, `kind: List`; v1 Pod, Node, Namespace, Service (its selector),
 scheduling.k8s.io/v1 PriorityClass, node.k8s.io/v1 RuntimeClass, policy/v1 PodDisruptionBudget,
 apps/v1 Deployment, ReplicaSet and StatefulSet, v1 ReplicationController and batch/v1 Job
-(expanded to the pods their controllers create at once, named as they name them) and
+(expanded to the pods their controllers create at once, named as they name them), apps/v1
+DaemonSet (kept whole: its pods depend on the nodes, see schedmesh.workloads.daemonset) and
 kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration (kept as a dict for
 `schedmesh.framework.config`). Kinds scheduling never reads (ConfigMaps, Secrets, RBAC,
 Ingresses, ...: `_SKIPPED`) are accepted and kept only as names (`Manifests.skipped`), so a
@@ -39,10 +40,10 @@ from schedmesh.api.evolve import evolve
 from schedmesh.api.quantity import QuantityError, parse_quantity
 from schedmesh.api.resources import (aggregate_container_requests, is_hugepage_resource_name,
                                      is_supported_pod_level_resource)
-from schedmesh.api.types import (DEFAULT_NAMESPACE, NO_EXECUTE, NO_SCHEDULE, PREEMPT_LOWER_PRIORITY,
-                                 PREEMPT_NEVER, PREFER_NO_SCHEDULE, SYSTEM_PRIORITY_CLASSES, Affinity,
-                                 Container, ContainerImage, ContainerPort, Namespace, Node, NodeAffinity,
-                                 NodeCondition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+from schedmesh.api.types import (DEFAULT_NAMESPACE, NO_EXECUTE, NO_SCHEDULE, ON_DELETE, PREEMPT_LOWER_PRIORITY,
+                                 PREEMPT_NEVER, PREFER_NO_SCHEDULE, ROLLING_UPDATE, SYSTEM_PRIORITY_CLASSES,
+                                 Affinity, Container, ContainerImage, ContainerPort, DaemonSet, Namespace, Node,
+                                 NodeAffinity, NodeCondition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
                                  ObjectMeta, OwnerReference, Pod, PodAffinity, PodAffinityTerm,
                                  PodCondition, PodDisruptionBudget, PreferredSchedulingTerm, PriorityClass,
                                  ResourceList, RuntimeClass, RuntimeClassScheduling, Taint, Toleration,
@@ -95,10 +96,12 @@ class Manifests:
     workloads: list[WorkloadSelector] = field(default_factory=list)
     # Objects of kinds scheduling never reads: named in apply's output, never published.
     skipped: list["SkippedObject"] = field(default_factory=list)
+    # Kept whole: which nodes get their pods is for their controller to decide.
+    daemon_sets: list[DaemonSet] = field(default_factory=list)
 
     def extend(self, other: "Manifests") -> "Manifests":
         for f in ("nodes", "pods", "priority_classes", "pdbs", "namespaces", "scheduler_configs", "runtime_classes",
-                  "workloads", "skipped"):
+                  "workloads", "skipped", "daemon_sets"):
             getattr(self, f).extend(getattr(other, f))
         return self
 
@@ -223,7 +226,8 @@ def _kind(v: Any) -> str:
             float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
 
 
-def _uid_for(kind: str, namespace: str, name: str) -> str:
+def object_uid(kind: str, namespace: str, name: str) -> str:
+    """The uid an object read here gets when it names none: the same for the same kind and name."""
     return str(uuid.UUID(bytes=hashlib.sha1(f"{kind}/{namespace}/{name}".encode()).digest()[:16], version=5))
 
 
@@ -366,6 +370,7 @@ def api_server_name_warnings(m: "Manifests") -> list[str]:
     named += [("runtimeclass", "RuntimeClass", c.name) for c in m.runtime_classes]
     named += [("node", "Node", n.name) for n in m.nodes]
     named += [("poddisruptionbudget", "PodDisruptionBudget", f"{p.namespace}/{p.name}") for p in m.pdbs]
+    named += [("daemonset.apps", "DaemonSet", d.key) for d in m.daemon_sets]
     named += [("pod", "Pod", p.key) for p in m.pods]
     for resource, kind, key in named:
         name = key.rsplit("/", 1)[-1]
@@ -719,7 +724,7 @@ def _meta(doc: _Doc, d: Any, kind: str, namespaced: bool) -> ObjectMeta:
                                      controller=doc.bool_(o.get("controller"), f"{p}.controller")))
     return ObjectMeta(
         name=name, namespace=ns,
-        uid=doc.str_(m.get("uid"), "metadata.uid") or _uid_for(kind, ns, name),
+        uid=doc.str_(m.get("uid"), "metadata.uid") or object_uid(kind, ns, name),
         labels=doc.labels(m.get("labels"), "metadata.labels"),
         annotations=annotations,
         creation_timestamp=doc.time(m.get("creationTimestamp"), "metadata.creationTimestamp"),
@@ -1234,6 +1239,16 @@ def _pods_prefix(controller: str) -> str:
     return prefix if not dns1123_subdomain_errors(_mask_trailing_dash(prefix)) else controller
 
 
+def pod_name_candidates(controller: str, seed: str) -> Iterator[str]:
+    """The names a controller's pods are generated with, "<controller>-<5 characters>" (getPodsPrefix
+    and SimpleNameGenerator), endlessly: drawn from kube's alphabet by a generator seeded with
+    `seed`, so the same seed gives the same names in the same order. The caller skips taken ones."""
+    rng = random.Random(hashlib.sha256(seed.encode("utf-8", "surrogatepass")).digest())
+    base = _pods_prefix(controller)[:_MAX_GENERATED_BASE]
+    while True:
+        yield base + "".join(rng.choice(_ALPHANUMS) for _ in range(5))
+
+
 # Labels and the annotation kube's Job API and job controller give a Job's pods (batch/v1's
 # JobNameLabel, ControllerUidLabel, their legacy unprefixed forms, JobCompletionIndexAnnotation).
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -1333,7 +1348,7 @@ def _job_generated_selector(doc: _Doc, meta: ObjectMeta, labels: dict[str, str],
     """The Job API's generateSelector (manualSelector unset): the pod template gets the Job's
     name and uid as labels and the selector selects the uid. A template label set to another
     value, or a selector that would not select those labels, is refused as ValidateJob refuses it."""
-    uid = _uid_for("Job", meta.namespace, meta.name)
+    uid = object_uid("Job", meta.namespace, meta.name)
     generated = {LEGACY_JOB_NAME_LABEL: meta.name, JOB_NAME_LABEL: meta.name,
                  LEGACY_JOB_CONTROLLER_UID_LABEL: uid, JOB_CONTROLLER_UID_LABEL: uid}
     for key, value in generated.items():
@@ -1468,7 +1483,7 @@ def expand_workload(doc: _Doc, d: dict) -> tuple[list[Pod], Optional[WorkloadSel
     annotations = (doc.str_map(tmeta.get("annotations"), "spec.template.metadata.annotations")
                    if replicas.indexed else {})
     owner_ref = {"kind": owner_kind, "name": owner, "controller": True, "apiVersion": replicas.owner_api_version,
-                 "uid": _uid_for(owner_kind, ns, owner)}
+                 "uid": object_uid(owner_kind, ns, owner)}
     pods = []
     for i in range(max(count, 1)):  # with no pod to make the template is still validated
         pm = dict(tmeta)
@@ -1500,6 +1515,101 @@ def expand_workload(doc: _Doc, d: dict) -> tuple[list[Pod], Optional[WorkloadSel
     return pods, workload
 
 
+# The API server's spec.templateGeneration, carried in apps/v1 by this annotation.
+DAEMON_SET_TEMPLATE_GENERATION_ANNOTATION = "deprecated.daemonset.template.generation"
+_PERCENT_RE = re.compile(r"[0-9]+%")
+
+
+def _int_or_percent(doc: _Doc, v: Any, path: str) -> tuple[str, int]:
+    """An IntOrString that must be a non-negative integer or a percentage (apps validation's
+    ValidatePositiveIntOrPercent and IsNotMoreThan100Percent): the value as written, and the
+    number it holds (a percentage's digits)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        if v < 0:
+            raise doc.fail(path, f"Invalid value: {v}: must be greater than or equal to 0")
+        return str(v), v
+    if isinstance(v, str):
+        if not _PERCENT_RE.fullmatch(v):
+            raise doc.fail(path, f"Invalid value: {_quote(v)}: a valid percent string must be a numeric string "
+                                 "followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is "
+                                 "'[0-9]+%')")
+        n = int(v[:-1])
+        if n > 100:
+            raise doc.fail(path, f"Invalid value: {_quote(v)}: must not be greater than 100%")
+        return v, n
+    raise doc.fail(path, f"expected an integer or a percentage string, got {_kind(v)}")
+
+
+def _daemon_set_update_strategy(doc: _Doc, spec: dict) -> tuple[str, str]:
+    """spec.updateStrategy, defaulted as apps/v1 defaults it (RollingUpdate, maxUnavailable 1,
+    maxSurge 0) and validated as ValidateDaemonSetUpdateStrategy does: the strategy type and
+    maxUnavailable as written. maxSurge is checked but not kept (surge is not modelled: a pod
+    is replaced by deleting it first, maxUnavailable at a time)."""
+    strategy = doc.obj(spec.get("updateStrategy"), "spec.updateStrategy")
+    kind = doc.str_(strategy.get("type"), "spec.updateStrategy.type") or ROLLING_UPDATE
+    if kind not in (ROLLING_UPDATE, ON_DELETE):
+        raise doc.fail("spec.updateStrategy.type", f'Unsupported value: {_quote(kind)}: supported values: '
+                                                   f'"{ON_DELETE}", "{ROLLING_UPDATE}"')
+    rolling = doc.obj(strategy.get("rollingUpdate"), "spec.updateStrategy.rollingUpdate")
+    if kind == ON_DELETE:
+        return kind, "1"
+    path = "spec.updateStrategy.rollingUpdate"
+    surge = 0
+    if rolling.get("maxSurge") is not None:
+        surge = _int_or_percent(doc, rolling["maxSurge"], f"{path}.maxSurge")[1]
+    max_unavailable, unavailable = ("1", 1) if rolling.get("maxUnavailable") is None else \
+        _int_or_percent(doc, rolling["maxUnavailable"], f"{path}.maxUnavailable")
+    if unavailable == 0 and surge == 0:
+        raise doc.fail(f"{path}.maxUnavailable", f"Invalid value: {_quote(rolling.get('maxUnavailable'))}: "
+                                                 "may not be 0 when `maxSurge` is 0")
+    return kind, max_unavailable
+
+
+def parse_daemon_set(doc: _Doc, d: dict) -> DaemonSet:
+    """apps/v1 DaemonSet, validated as ValidateDaemonSetSpec validates it: a non-empty selector
+    that selects the template's labels, a template whose pods restart Always and set no
+    activeDeadlineSeconds, a valid update strategy. The template is read as a pod named after
+    the DaemonSet; its pods are made from it by schedmesh.workloads.daemonset."""
+    meta = _meta(doc, d.get("metadata"), "DaemonSet", True)
+    doc.req.define(doc, "DaemonSet", meta.namespace, meta.name)
+    spec = doc.obj(d.get("spec"), "spec")
+    if spec.get("selector") is None:
+        raise doc.fail("spec.selector", "Required value")
+    selector = parse_label_selector(doc, spec["selector"], "spec.selector")
+    if not selector.match_labels and not selector.match_expressions:
+        raise doc.fail("spec.selector", "Invalid value: {}: empty selector is invalid for daemonset")
+    template, tmeta = _pod_template(doc, spec)
+    labels = doc.labels(tmeta.get("labels"), "spec.template.metadata.labels")
+    _selects_template(doc, selector, labels)
+    _restarts_always(doc, template)
+    tspec = doc.obj(template.get("spec"), "spec.template.spec")
+    if tspec.get("activeDeadlineSeconds") is not None:
+        raise doc.fail("spec.template.spec.activeDeadlineSeconds",
+                       f"Invalid value: {tspec['activeDeadlineSeconds']!r}: activeDeadlineSeconds in DaemonSet "
+                       "is not Supported")
+    _nonnegative(doc, spec.get("minReadySeconds"), "spec.minReadySeconds", 0)
+    _nonnegative(doc, spec.get("revisionHistoryLimit"), "spec.revisionHistoryLimit", 10)
+    strategy, max_unavailable = _daemon_set_update_strategy(doc, spec)
+    generation = 1
+    written = meta.annotations.get(DAEMON_SET_TEMPLATE_GENERATION_ANNOTATION)
+    if written is not None:
+        if not written.isdigit():
+            raise doc.fail(f"metadata.annotations[{DAEMON_SET_TEMPLATE_GENERATION_ANNOTATION}]",
+                           f"Invalid value: {_quote(written)}: must be a non-negative integer")
+        generation = max(int(written), 1)  # PrepareForCreate: at least 1
+    pm = dict(tmeta)
+    pm.update({"name": meta.name, "namespace": meta.namespace, "labels": labels})
+    pm.pop("generateName", None)
+    try:
+        template_pod = parse_pod(_Doc(f"{doc.where} (pod template)", doc.req),
+                                 {"metadata": pm, "spec": template.get("spec")})
+    except ManifestError as e:
+        raise doc.fail(f"spec.template.{e.path}" if e.path else "spec.template", e.reason) from None
+    template_pod = evolve(template_pod, meta=evolve(template_pod.meta, uid=""))  # a template, never a pod itself
+    return DaemonSet(meta=meta, selector=selector, template=template_pod, template_hash=pod_template_hash(template),
+                     template_generation=generation, update_strategy=strategy, max_unavailable=max_unavailable)
+
+
 _PARSERS: dict[tuple[str, str], Callable[[_Doc, dict], Any]] = {
     ("v1", "Pod"): parse_pod,
     ("v1", "Node"): parse_node,
@@ -1511,6 +1621,7 @@ _PARSERS: dict[tuple[str, str], Callable[[_Doc, dict], Any]] = {
 }
 _WORKLOADS = {("apps/v1", k) for k in _APPS_WORKLOAD_KINDS} | {("v1", "ReplicationController"), ("batch/v1", "Job")}
 _CONFIG = ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration")
+_DAEMON_SET = ("apps/v1", "DaemonSet")
 
 _NOT_READ = "not used for scheduling"
 # Kinds kube-scheduler never reads and that make no pod now: accepted, kept only as names
@@ -1545,8 +1656,6 @@ _NOT_MODELLED: dict[tuple[str, str], str] = {
                                 "not modelled",
     ("storage.k8s.io/v1", "StorageClass"): "its binding mode and allowed topologies decide where pods with claims "
                                            "can go, and volumes are not modelled",
-    ("apps/v1", "DaemonSet"): "its pods, one on each node, would take node resources, and DaemonSets are not "
-                              "expanded here",
 }
 
 
@@ -1633,13 +1742,17 @@ def _add_object(req: _Request, out: Manifests, d: Any, where: str) -> None:
         req.add_objects(doc, 1)
         out.skipped.append(parse_skipped(doc, api, kind, d))
         return
+    if (api, kind) == _DAEMON_SET:
+        req.add_objects(doc, 1)
+        out.daemon_sets.append(parse_daemon_set(doc, d))
+        return
     parser = _PARSERS.get((api, kind))
     if parser is None:
         what = f"{_quote(api)[1:-1]} {_quote(kind)[1:-1]}"
         if (api, kind) in _NOT_MODELLED:
             raise doc.fail("kind", f"{what} is not supported here and cannot be skipped: {_NOT_MODELLED[(api, kind)]}")
         raise doc.fail("kind", f"{what} is not supported here (supported: "
-                               f"{_kind_list([*_PARSERS, *_WORKLOADS, _CONFIG])}; skipped, as {_NOT_READ}: "
+                               f"{_kind_list([*_PARSERS, *_WORKLOADS, _DAEMON_SET, _CONFIG])}; skipped, as {_NOT_READ}: "
                                f"{_kind_list(_SKIPPED)})")
     req.add_objects(doc, 1)
     obj = parser(doc, d)
@@ -1727,6 +1840,7 @@ def _object_keys(m: Manifests) -> dict[tuple[str, str, str], str]:
     keys.update({("RuntimeClass", "", c.name): f"RuntimeClass {c.name}" for c in m.runtime_classes})
     keys.update({("Namespace", "", n.name): f"Namespace {n.name}" for n in m.namespaces})
     keys.update({(s.resource, s.namespace, s.name): s.key for s in m.skipped})
+    keys.update({("DaemonSet", d.namespace, d.name): f"DaemonSet {d.key}" for d in m.daemon_sets})
     return keys
 
 

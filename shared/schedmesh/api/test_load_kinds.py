@@ -1,7 +1,8 @@
 """The kinds beyond the core ones that platform manifests carry: ReplicationControllers and Jobs
 expand to the pods their controllers create at once (named, labelled and owned as kube's
-controllers make them); kinds scheduling never reads are accepted and skipped; kinds that would
-change scheduling but are not modelled are refused with the reason."""
+controllers make them); DaemonSets are read whole (defaulted, validated; their pods depend on
+the nodes); kinds scheduling never reads are accepted and skipped; kinds that would change
+scheduling but are not modelled are refused with the reason."""
 from __future__ import annotations
 
 import re
@@ -252,7 +253,6 @@ def test_skipped_objects_of_two_inputs_are_duplicates_too() -> None:
 
 
 @pytest.mark.parametrize("api, kind, why", [
-    ("apps/v1", "DaemonSet", "its pods, one on each node, would take node resources"),
     ("v1", "LimitRange", "it defaults pods' requests and limits at admission"),
     ("v1", "ResourceQuota", "it refuses pods at admission"),
     ("v1", "PersistentVolumeClaim", "volumes are not modelled"),
@@ -270,7 +270,8 @@ def test_an_unknown_kind_is_refused_listing_what_is_supported_and_what_is_skippe
     e = refusal("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n")
     assert e.reason.startswith("example.com/v1 Widget is not supported here (supported: ")
     supported, skipped = e.reason.split("; skipped, as not used for scheduling: ")
-    for known in ("v1 Pod", "apps/v1 Deployment", "v1 ReplicationController", "batch/v1 Job", "v1 Service"):
+    for known in ("v1 Pod", "apps/v1 Deployment", "v1 ReplicationController", "batch/v1 Job", "v1 Service",
+                  "apps/v1 DaemonSet"):
         assert known in supported
     for known in ("v1 ConfigMap", "v1 Secret", "rbac.authorization.k8s.io/v1 ClusterRole", "batch/v1 CronJob",
                   "autoscaling/v2 HorizontalPodAutoscaler", "networking.k8s.io/v1 Ingress"):
@@ -330,3 +331,88 @@ spec:
     assert [s.key for s in m.skipped] == ["serviceaccount/shop/app", "secret/shop/creds",
                                           "rolebinding.rbac.authorization.k8s.io/shop/app",
                                           "ingress.networking.k8s.io/shop/web"]
+
+
+# ---- DaemonSet --------------------------------------------------------------------------------
+
+def daemon_set(spec: str, name: str = "agent", ns: str = "infra", meta: str = "") -> str:
+    return f"apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {{name: {name}, namespace: {ns}{meta}}}\nspec:\n{spec}"
+
+
+DS_SELECTOR = "  selector: {matchLabels: {app: agent}}\n"
+DS_TEMPLATE = ("  template:\n    metadata: {labels: {app: agent}}\n"
+               "    spec: {containers: [{name: c, resources: {limits: {cpu: 200m}}}]}\n")
+
+
+def test_a_daemon_set_is_read_whole_with_apps_v1_defaults() -> None:
+    m = load_text(daemon_set(DS_SELECTOR + DS_TEMPLATE))
+    assert m.pods == [] and m.workloads == []  # nothing expanded: its pods depend on the nodes
+    (ds,) = m.daemon_sets
+    assert (ds.key, ds.update_strategy, ds.max_unavailable, ds.template_generation) == (
+        "infra/agent", "RollingUpdate", "1", 1)
+    assert ds.meta.uid == load.object_uid("DaemonSet", "infra", "agent")
+    assert ds.selector == LabelSelector.of({"app": "agent"})
+    assert ds.template.namespace == "infra" and ds.template.labels == {"app": "agent"}
+    assert str(ds.template.containers[0].requests["cpu"]) == "1/5"  # requests defaulted from limits
+    assert re.fullmatch("[bcdfghjklmnpqrstvwxz2456789]+", ds.template_hash)
+    assert load_text(daemon_set(DS_SELECTOR + DS_TEMPLATE)).daemon_sets[0].template_hash == ds.template_hash
+    changed = DS_TEMPLATE.replace("200m", "300m")
+    assert load_text(daemon_set(DS_SELECTOR + changed)).daemon_sets[0].template_hash != ds.template_hash
+
+
+@pytest.mark.parametrize("strategy, kind, max_unavailable", [
+    ("  updateStrategy: {type: OnDelete}\n", "OnDelete", "1"),
+    ("  updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 3}}\n", "RollingUpdate", "3"),
+    ("  updateStrategy: {rollingUpdate: {maxUnavailable: 25%}}\n", "RollingUpdate", "25%"),
+    ("  updateStrategy: {rollingUpdate: {maxUnavailable: 0, maxSurge: 1}}\n", "RollingUpdate", "0"),
+])
+def test_a_daemon_set_s_update_strategy(strategy: str, kind: str, max_unavailable: str) -> None:
+    (ds,) = load_text(daemon_set(DS_SELECTOR + strategy + DS_TEMPLATE)).daemon_sets
+    assert (ds.update_strategy, ds.max_unavailable) == (kind, max_unavailable)
+
+
+def test_the_template_generation_annotation_is_read() -> None:
+    meta = ", annotations: {deprecated.daemonset.template.generation: '4'}"
+    assert load_text(daemon_set(DS_SELECTOR + DS_TEMPLATE, meta=meta)).daemon_sets[0].template_generation == 4
+
+
+@pytest.mark.parametrize("spec, path, reason", [
+    (DS_TEMPLATE, "spec.selector", "Required value"),
+    ("  selector: {}\n" + DS_TEMPLATE, "spec.selector", "empty selector is invalid for daemonset"),
+    ("  selector: {matchLabels: {app: other}}\n" + DS_TEMPLATE, "spec.template.metadata.labels",
+     "`selector` does not match template `labels`"),
+    (DS_SELECTOR + DS_TEMPLATE.replace("spec: {", "spec: {restartPolicy: OnFailure, "),
+     "spec.template.spec.restartPolicy", 'Unsupported value: "OnFailure": supported values: "Always"'),
+    (DS_SELECTOR + DS_TEMPLATE.replace("spec: {", "spec: {activeDeadlineSeconds: 30, "),
+     "spec.template.spec.activeDeadlineSeconds", "activeDeadlineSeconds in DaemonSet is not Supported"),
+    (DS_SELECTOR + "  updateStrategy: {type: Recreate}\n" + DS_TEMPLATE, "spec.updateStrategy.type",
+     'Unsupported value: "Recreate": supported values: "OnDelete", "RollingUpdate"'),
+    (DS_SELECTOR + "  updateStrategy: {rollingUpdate: {maxUnavailable: 0}}\n" + DS_TEMPLATE,
+     "spec.updateStrategy.rollingUpdate.maxUnavailable", "may not be 0 when `maxSurge` is 0"),
+    (DS_SELECTOR + "  updateStrategy: {rollingUpdate: {maxUnavailable: ten}}\n" + DS_TEMPLATE,
+     "spec.updateStrategy.rollingUpdate.maxUnavailable", "a valid percent string must be a numeric string"),
+    (DS_SELECTOR + "  updateStrategy: {rollingUpdate: {maxUnavailable: 150%}}\n" + DS_TEMPLATE,
+     "spec.updateStrategy.rollingUpdate.maxUnavailable", "must not be greater than 100%"),
+    (DS_SELECTOR + "  updateStrategy: {rollingUpdate: {maxSurge: -1}}\n" + DS_TEMPLATE,
+     "spec.updateStrategy.rollingUpdate.maxSurge", "must be greater than or equal to 0"),
+    (DS_SELECTOR + "  minReadySeconds: -1\n" + DS_TEMPLATE, "spec.minReadySeconds",
+     "must be greater than or equal to 0"),
+    (DS_SELECTOR + DS_TEMPLATE.replace("{name: c, ", "{name: c, ports: [{containerPort: 0}], "),
+     "spec.template.spec.containers[0].ports[0].containerPort", ""),
+    (DS_SELECTOR + "  template:\n    metadata: {labels: {app: agent}}\n    spec: {}\n",
+     "spec.template.spec.containers", "must have at least one container"),
+], ids=["no selector", "empty selector", "selector misses the labels", "restartPolicy", "activeDeadlineSeconds",
+        "strategy type", "nothing unavailable", "maxUnavailable not a percent", "over 100%", "negative surge",
+        "negative minReadySeconds", "a template field", "no container"])
+def test_a_daemon_set_is_refused_naming_the_file_document_and_field(spec: str, path: str, reason: str) -> None:
+    e = refusal("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n" + daemon_set(spec))
+    assert e.where == "m.yaml: document 2 (DaemonSet agent)"
+    assert e.path == path and reason in e.reason
+
+
+def test_a_daemon_set_defined_twice_is_refused() -> None:
+    e = refusal(daemon_set(DS_SELECTOR + DS_TEMPLATE) + "---\n" + daemon_set(DS_SELECTOR + DS_TEMPLATE))
+    assert "DaemonSet infra/agent is also defined by m.yaml: document 1" in e.reason
+    with pytest.raises(ManifestError, match="DaemonSet infra/agent is also defined in --cluster"):
+        text = daemon_set(DS_SELECTOR + DS_TEMPLATE)
+        refuse_duplicates_across(load_text(text), "--cluster a.yaml", load_text(text), "--pods b.yaml")

@@ -341,6 +341,43 @@ class WorkloadSelector:
         return self.kind, self.namespace, self.name
 
 
+# apps/v1 DaemonSet's updateStrategy types.
+ROLLING_UPDATE = "RollingUpdate"
+ON_DELETE = "OnDelete"
+
+
+@dataclass(slots=True, eq=False)
+class DaemonSet:
+    """apps/v1 DaemonSet, as its controller reads it (schedmesh.workloads.daemonset): one pod
+    per eligible node, made from `template`. Not expanded when read: which nodes get a pod is the
+    cluster's business, decided by the controller (the mesh's controller-manager, or explain
+    over the nodes it is given)."""
+
+    meta: ObjectMeta
+    selector: LabelSelector
+    # spec.template read as a pod (named after the DaemonSet, in its namespace): its spec, labels
+    # and annotations are what each daemon pod starts from.
+    template: Pod
+    template_hash: str  # the controller-revision-hash its pods are labelled with
+    # spec.templateGeneration (the deprecated.daemonset.template.generation annotation): 1 at
+    # creation, one more with each change of the template; the pods' pod-template-generation
+    template_generation: int = 1
+    update_strategy: str = ROLLING_UPDATE  # or ON_DELETE
+    max_unavailable: str = "1"  # rollingUpdate.maxUnavailable, an integer or a percentage as written
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @property
+    def namespace(self) -> str:
+        return self.meta.namespace
+
+    @property
+    def key(self) -> str:
+        return f"{self.meta.namespace}/{self.meta.name}"
+
+
 # Built-in priority classes that every cluster has.
 SYSTEM_PRIORITY_CLASSES = {
     "system-cluster-critical": PriorityClass("system-cluster-critical", 2000000000),

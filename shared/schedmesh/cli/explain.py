@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, TextIO
 
-from schedmesh.api.load import Manifests, admit_all, load_files, refuse_duplicates_across
+from schedmesh.api.load import Manifests, admit_all, load_files, object_uid, refuse_duplicates_across
 from schedmesh.api.runtime_class import admit_runtime_class
 from schedmesh.api.types import Pod, WorkloadSelector
 from schedmesh.cache.snapshot import Snapshot
@@ -21,6 +21,7 @@ from schedmesh.framework.runtime import Framework, build_frameworks
 from schedmesh.plugins.pod_topology_spread import (SELECTOR_SOURCES_SERVICE, WorkloadSelectors,
                                                    WorkloadSelectorSources)
 from schedmesh.scheduling.cycle import FitError, SchedulingAlgorithm, run_post_filter
+from schedmesh.workloads.daemonset import missing_daemon_pods
 
 # Pods without a creation time are taken as created at this instant plus their position in
 # the input (bound pods first), so preemption's "latest start time" rule is reproducible.
@@ -45,6 +46,21 @@ class PodDecision:
         if self.skipped is not None:
             out["skipped"] = self.skipped
         return out
+
+
+def daemon_set_pods(cluster: Manifests, pending: Manifests) -> list[Pod]:
+    """The pods the DaemonSets of both inputs would create for the cluster's nodes, as their
+    controller would (none for a node that already holds its daemon pod), named apart from
+    every pod given."""
+    pods = cluster.pods + pending.pods
+    taken = {(p.namespace, p.name) for p in pods}
+    out: list[Pod] = []
+    for ds in cluster.daemon_sets + pending.daemon_sets:
+        made = missing_daemon_pods(ds, cluster.nodes, pods, lambda ns, name: (ns, name) in taken,
+                                   lambda ns, name: object_uid("Pod", ns, name))
+        taken.update((p.namespace, p.name) for p in made)
+        out += made
+    return out
 
 
 def fill_times(bound: list[Pod], pending: list[Pod]) -> None:
@@ -157,7 +173,7 @@ def load_profiles(config_path: Optional[str]) -> tuple[list[Profile], int, list]
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", required=True, action="append",
                    help="YAML/JSON with Nodes, bound Pods (spec.nodeName set), PriorityClasses, RuntimeClasses, "
-                        "Namespaces, PDBs")
+                        "Namespaces, PDBs, DaemonSets")
     p.add_argument("--pods", required=True, action="append", help="YAML/JSON with the pods to place, in order")
     p.add_argument("--config", help="a KubeSchedulerConfiguration file (default: kube-scheduler's default profile)")
     p.add_argument("--tie-break", choices=("random", "name"), default="random",
@@ -170,6 +186,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     cluster = load_files(args.cluster)
     pending = load_files(args.pods)
     refuse_duplicates_across(cluster, "--cluster " + " ".join(args.cluster), pending, "--pods " + " ".join(args.pods))
+    # A DaemonSet's pods are placed first: its controller creates them as soon as it exists.
+    pending.pods[:0] = daemon_set_pods(cluster, pending)
     classes = cluster.priority_classes + pending.priority_classes
     admit_all(cluster, classes)
     admit_all(pending, classes)

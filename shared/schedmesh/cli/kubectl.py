@@ -458,7 +458,7 @@ def local_services(target) -> list[dict[str, Any]]:
                     "metrics": f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else "",
                     "pid": p.pid, "restarts": p.restarts})
     if getattr(state, "external_kafka", False):  # `up --kafka`: no process of the mesh; a Kafka answer says it works
-        from schedmesh.cli.mesh import kafka_addresses
+        from schedmesh.local.launch import kafka_addresses
         from schedmesh.local.supervisor import kafka_answers
         up = any(kafka_answers(port, 2.0, host) for host, port in kafka_addresses(state.bootstrap))
         out.append({"name": "broker (--kafka)", "address": state.bootstrap,
@@ -722,7 +722,8 @@ def describe_node(view, pod_views) -> str:
 def add_delete_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", nargs="?", choices=["pod", "pods", "po", "node", "nodes", "no", "priorityclass",
                                                "priorityclasses", "pc", "runtimeclass", "runtimeclasses", "pdb",
-                                               "poddisruptionbudget", "service", "services", "svc"])
+                                               "poddisruptionbudget", "service", "services", "svc", "daemonset",
+                                               "daemonsets", "ds"])
     p.add_argument("name", nargs="*")
     p.add_argument("-n", "--namespace", default="default")
     p.add_argument("-f", "--filename", action="append", metavar="FILE",
@@ -731,7 +732,7 @@ def add_delete_arguments(p: argparse.ArgumentParser) -> None:
 
 _KINDS = {"pods": "pod", "po": "pod", "nodes": "node", "no": "node", "priorityclasses": "priorityclass",
           "pc": "priorityclass", "runtimeclasses": "runtimeclass", "poddisruptionbudget": "pdb", "services": "service",
-          "svc": "service"}
+          "svc": "service", "daemonsets": "daemonset", "ds": "daemonset"}
 
 
 def manifest_objects(files: list[str]) -> tuple[list[tuple[str, str, str]], list[str]]:
@@ -746,6 +747,7 @@ def manifest_objects(files: list[str]) -> tuple[list[tuple[str, str, str]], list
         if m.namespaces:
             raise MeshError(f"{f}: deleting a Namespace is not supported (namespaces "
                             f"{', '.join(ns.name for ns in m.namespaces)}); remove it from the file")
+        out += [("daemonset", d.namespace, d.name) for d in m.daemon_sets]  # its controller deletes its pods
         out += [("pod", p.namespace, p.name) for p in m.pods]
         out += [("pdb", p.namespace, p.name) for p in m.pdbs]
         out += [("service", w.namespace, w.name) for w in m.workloads if w.kind == "Service"]
@@ -766,10 +768,10 @@ def run_delete(args: argparse.Namespace) -> int:
     else:
         skipped = []
         if not args.kind or not args.name:
-            raise MeshError("delete: give KIND NAME... (pod, node, priorityclass, runtimeclass, pdb, service) "
-                            "or -f FILE")
+            raise MeshError("delete: give KIND NAME... (pod, node, priorityclass, runtimeclass, pdb, service, "
+                            "daemonset) or -f FILE")
         kind = _KINDS.get(args.kind, args.kind)
-        ns = args.namespace if kind in ("pod", "pdb", "service") else ""
+        ns = args.namespace if kind in ("pod", "pdb", "service", "daemonset") else ""
         targets = [(kind, ns, name) for name in args.name]
     failed = 0
     if targets:  # a manifest of skipped kinds only needs no mesh

@@ -101,9 +101,15 @@ def run_cordon(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ drain
+def _daemon_set_pod(pod) -> bool:
+    return any(r.controller and r.kind == "DaemonSet" for r in pod.metadata.owner_references)
+
+
 def run_drain(args: argparse.Namespace) -> int:
     """kubectl drain: cordon, then evict every pod of the node through the Eviction API (a
-    refused one is retried every 5 s), wait for each to be gone, until --timeout."""
+    refused one is retried every 5 s), wait for each to be gone, until --timeout. DaemonSet
+    pods refuse the drain, or with --ignore-daemonsets stay (their controller would make them
+    again on the cordoned node: they tolerate it), as kubectl's drain filters do."""
     from schedmesh.v1 import policy_pb2
     if args.timeout < 0:
         raise MeshError("--timeout must not be negative (0: wait for ever)")
@@ -112,6 +118,16 @@ def run_drain(args: argparse.Namespace) -> int:
     try:
         print(cordon(c, args.node, True), flush=True)
         pending = {v.pod.metadata.uid: v.pod for v in c.pods() if v.pod.node_name == args.node}
+        daemon = sorted(f"{p.metadata.namespace}/{p.metadata.name}" for p in pending.values() if _daemon_set_pod(p))
+        if daemon and not getattr(args, "ignore_daemonsets", False):
+            _err(f'error: unable to drain node "{args.node}" due to error: cannot delete DaemonSet-managed Pods '
+                 f"(use --ignore-daemonsets to ignore): {', '.join(daemon)}, continuing command...")
+            _err(f"There are pending nodes to be drained:\n {args.node}")
+            _err(f"error: cannot delete DaemonSet-managed Pods (use --ignore-daemonsets to ignore): {', '.join(daemon)}")
+            return 1
+        if daemon:
+            _err(f"Warning: ignoring DaemonSet-managed Pods: {', '.join(daemon)}")
+            pending = {uid: p for uid, p in pending.items() if not _daemon_set_pod(p)}
         for pod in sorted(pending.values(), key=lambda p: (p.metadata.namespace, p.metadata.name)):
             print(f"evicting pod {pod.metadata.namespace}/{pod.metadata.name}", flush=True)
         retry_at = {uid: 0.0 for uid in pending}  # when to (re)try each eviction; None once accepted
@@ -240,6 +256,8 @@ def register(sub) -> None:
     p.add_argument("node")
     p.add_argument("--timeout", type=float, default=0.0,
                    help="seconds to wait before giving up (0: for ever), as kubectl drain --timeout")
+    p.add_argument("--ignore-daemonsets", action="store_true",
+                   help="leave DaemonSet-managed pods on the node (without it, their presence refuses the drain)")
     p.set_defaults(func=run_drain)
     p = sub.add_parser("taint", help="add or remove node taints: KEY[=VALUE]:EFFECT, KEY:EFFECT-, KEY-")
     p.add_argument("resource", help="nodes")

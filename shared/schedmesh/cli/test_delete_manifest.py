@@ -73,3 +73,21 @@ def test_a_manifest_of_skipped_kinds_needs_no_mesh(tmp_path: Path, monkeypatch: 
     f.write_text(MANIFEST.split("---")[0])
     assert delete_f(f, monkeypatch) == (0, None)
     assert capsys.readouterr().out == "configmap/default/settings skipped: not used for scheduling\n"
+
+
+def test_delete_f_deletes_a_daemon_set_whose_controller_deletes_its_pods(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    f = tmp_path / "agents.yaml"
+    f.write_text("""
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: logs, namespace: infra}
+spec:
+  selector: {matchLabels: {app: logs}}
+  template:
+    metadata: {labels: {app: logs}}
+    spec: {containers: [{name: c}]}
+""")
+    rc, client = delete_f(f, monkeypatch)
+    assert rc == 0 and client.deleted == [("daemonset", "infra", "logs")]
+    assert capsys.readouterr().out == 'daemonset "logs" deleted\n'

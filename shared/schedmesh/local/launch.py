@@ -138,7 +138,7 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
                            free_port(), env=security.service_env(ids.PREEMPTION))
     say(f"starting {filter_workers} filter + {score_workers} score workers, binder, kubelet agent, preemption ..."
         if workers else "starting binder, kubelet agent, preemption ...")
-    # PDB status, node lifecycle, taint eviction and the Eviction API (the queue-manager forwards to it)
+    # PDB status, node lifecycle, taint eviction, DaemonSets and the Eviction API (the queue-manager forwards to it)
     controllers = sup.start("controller-manager", "services.controller_manager", common, free_port(),
                             env=security.service_env(ids.CONTROLLER_MANAGER))
     # no workers: empty lists, the queue-manager filters and scores in its own process. It starts

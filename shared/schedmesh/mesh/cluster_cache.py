@@ -19,8 +19,8 @@ from typing import Callable, Optional
 
 from schedmesh.api import convert
 from schedmesh.api.evolve import evolve
-from schedmesh.api.types import (POD_BINDING_AND_STATUS, Namespace, Node, Pod, PodDisruptionBudget, PriorityClass,
-                                 RuntimeClass, WorkloadSelector)
+from schedmesh.api.types import (POD_BINDING_AND_STATUS, DaemonSet, Namespace, Node, Pod, PodDisruptionBudget,
+                                 PriorityClass, RuntimeClass, WorkloadSelector)
 from schedmesh.plugins.pod_topology_spread import WorkloadSelectors
 # Topic names live in the bus catalogue; re-exported here under the names the mesh uses.
 from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
@@ -56,6 +56,7 @@ class ClusterCache:
     pdbs: dict[str, PodDisruptionBudget] = field(default_factory=dict)
     # pod controllers' selectors by (kind, namespace, name), for PodTopologySpread's defaults
     workloads: WorkloadSelectors = field(default_factory=WorkloadSelectors)
+    daemon_sets: dict[str, DaemonSet] = field(default_factory=dict)  # by namespace/name
     offsets: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> next offset to read
     lock: threading.RLock = field(default_factory=threading.RLock)
     listeners: list[Listener] = field(default_factory=list)
@@ -110,6 +111,12 @@ class ClusterCache:
                 rec = events_pb2.PodDisruptionBudgetRecord.FromString(value)
                 if rec.HasField("workload"):  # a pod controller's selector (events.proto)
                     self._apply_workload(convert.workload_from_proto(rec.workload), rec.deleted)
+                elif rec.HasField("daemon_set"):
+                    ds = convert.daemon_set_from_proto(rec.daemon_set)
+                    if rec.deleted:
+                        self.daemon_sets.pop(ds.key, None)
+                    else:
+                        self.daemon_sets[ds.key] = ds
                 else:
                     self._apply_pdb(rec)
             elif topic == TOPIC_NAMESPACES:

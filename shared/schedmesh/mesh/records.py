@@ -12,8 +12,8 @@ from typing import Callable, Iterable, Sequence, TypeVar
 from schedmesh.api import convert
 from schedmesh.api.evolve import evolve
 from schedmesh.api.load import Manifests
-from schedmesh.api.types import (Namespace, Node, NodeCondition, Pod, PodCondition, PodDisruptionBudget,
-                                 PriorityClass, RuntimeClass, Taint, WorkloadSelector)
+from schedmesh.api.types import (DaemonSet, Namespace, Node, NodeCondition, Pod, PodCondition,
+                                 PodDisruptionBudget, PriorityClass, RuntimeClass, Taint, WorkloadSelector)
 from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
                                   PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES)
 from schedmesh.v1 import events_pb2
@@ -123,6 +123,19 @@ def workload_record(w: WorkloadSelector, deleted: bool = False) -> tuple[str, st
         workload=convert.workload_to_proto(w), deleted=deleted).SerializeToString()
 
 
+DAEMON_SET_KEY_PREFIX = "daemonset/"
+
+
+def daemon_set_key(ds: DaemonSet) -> str:
+    return f"{DAEMON_SET_KEY_PREFIX}{ds.namespace}/{ds.name}"
+
+
+def daemon_set_record(ds: DaemonSet, deleted: bool = False) -> tuple[str, str, bytes]:
+    """An apps/v1 DaemonSet, on the PDBs' topic (see events.proto)."""
+    return TOPIC_PDBS, daemon_set_key(ds), events_pb2.PodDisruptionBudgetRecord(
+        daemon_set=convert.daemon_set_to_proto(ds), deleted=deleted).SerializeToString()
+
+
 def namespace_record(ns: Namespace, deleted: bool = False) -> tuple[str, str, bytes]:
     return TOPIC_NAMESPACES, ns.name, events_pb2.NamespaceRecord(
         namespace=convert.namespace_to_proto(ns), deleted=deleted).SerializeToString()
@@ -136,6 +149,7 @@ def manifest_records(m: Manifests, source: str = "") -> list[tuple[str, str, byt
     out += [runtime_class_record(c) for c in m.runtime_classes]
     out += [pdb_record(p) for p in m.pdbs]
     out += [workload_record(w) for w in m.workloads]
+    out += [daemon_set_record(d) for d in m.daemon_sets]
     out += node_batch_records(m.nodes, source=source)
     out += pod_batch_records((pod_message(p, source=source) for p in m.pods), source)
     return out

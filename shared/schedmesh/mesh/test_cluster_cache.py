@@ -155,3 +155,29 @@ def test_assume_and_forget_are_the_caches(then: str, after: int, forgotten: int)
     assert _requested(cache, "n1") == forgotten
     cache.forget("qm", "uid-a")  # forgetting twice changes nothing
     assert _requested(cache, "n1") == forgotten
+
+
+def test_daemon_sets_are_kept_beside_the_pdbs_and_dropped_when_deleted():
+    """A DaemonSet rides the PDBs' topic (records.daemon_set_record) and comes back whole, its
+    template's unset priority still unset (Priority admission runs when its pods are made)."""
+    from schedmesh.api.load import load_text
+    (ds,) = load_text("""
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: infra}
+spec:
+  selector: {matchLabels: {app: agent}}
+  updateStrategy: {rollingUpdate: {maxUnavailable: 20%}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {containers: [{name: c, image: agent}]}
+""").daemon_sets
+    cache = ClusterCache()
+    _apply(cache, records.daemon_set_record(ds))
+    _apply(cache, records.pdb_record(PodDisruptionBudget(ObjectMeta("agent", "infra"), LabelSelector.of({"a": "b"}))))
+    kept = cache.daemon_sets["infra/agent"]
+    assert (kept.template_hash, kept.max_unavailable, kept.selector, kept.template.priority) == (
+        ds.template_hash, "20%", ds.selector, None)
+    assert list(cache.pdbs) == ["infra/agent"]  # a PDB of the same name is its own object
+    _apply(cache, records.daemon_set_record(ds, deleted=True))
+    assert cache.daemon_sets == {} and list(cache.pdbs) == ["infra/agent"]

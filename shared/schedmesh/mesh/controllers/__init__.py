@@ -5,9 +5,10 @@ ClusterCache replica (the controller-manager process, `python -m services.contro
 * `node_lifecycle`: node health from the agents' heartbeats and TaintNodesByCondition
   (pkg/controller/nodelifecycle);
 * `taint_eviction`: NoExecute taint-based deletion (pkg/controller/tainteviction);
+* `daemonset`: DaemonSets' pods, one per eligible node (pkg/controller/daemon);
 * `policy`: the Eviction API, cordon and taint (schedmesh.v1.Policy, protos/schedmesh/v1/policy.proto);
 * `manager`: the process wiring them together.
 
-The decisions are the eviction library's (schedmesh.eviction); these modules only feed it the
-cluster and publish what it decides.
+The decisions are the eviction library's (schedmesh.eviction) and the pod controllers'
+(schedmesh.workloads); these modules only feed them the cluster and publish what they decide.
 """

@@ -1,5 +1,5 @@
 """The controller-manager process: one ClusterCache replica (state topics plus the agents'
-leases), the disruption, node-lifecycle and taint-eviction controllers run by one sync loop, and
+leases), the disruption, node-lifecycle, taint-eviction and DaemonSet controllers run by one sync loop, and
 schedmesh.v1.Policy (the Eviction API, cordon, taint) on its gRPC server.
 
 Controllers are level-triggered: every `sync_period` each compares the cluster with what it
@@ -19,6 +19,7 @@ from schedmesh.bus import EventProducer, Record, watcher_options
 from schedmesh.bus.topics import EVENTS, LEASES, STATE_TOPICS
 from schedmesh.eviction.node_lifecycle import DEFAULT_NODE_MONITOR_GRACE_PERIOD, DEFAULT_NODE_STARTUP_GRACE_PERIOD
 from schedmesh.mesh.cluster_cache import ClusterCache
+from schedmesh.mesh.controllers.daemonset import DaemonSetController
 from schedmesh.mesh.controllers.disruption import DisruptionController
 from schedmesh.mesh.controllers.node_lifecycle import NodeLifecycleController
 from schedmesh.mesh.controllers.policy import PolicyServicer
@@ -54,6 +55,7 @@ class ControllerManager:
         self.node_lifecycle = NodeLifecycleController(self.cache, cfg.node_monitor_grace_period,
                                                       cfg.node_startup_grace_period, cfg.name)
         self.taint_eviction = TaintEvictionController(self.cache, cfg.name, monitored=self.node_lifecycle.monitors)
+        self.daemon_sets = DaemonSetController(self.cache, cfg.name)
         self.producer = EventProducer(bootstrap, topics=(*STATE_TOPICS, LEASES, EVENTS), client_id=cfg.name)
         # idle_after=0: dozes again as soon as a fetch comes back empty, unless woken; the agents'
         # leases every 10 s otherwise kept it fetching for 2 s of every 10 on an idle mesh
@@ -75,6 +77,7 @@ class ControllerManager:
             recs = self.disruption.sync(now)
             recs += self.node_lifecycle.sync(now)
             recs += self.taint_eviction.sync(now)
+            recs += self.daemon_sets.sync(now)
             if recs:
                 await self.publish(recs)
             return len(recs)

@@ -14,7 +14,7 @@ import grpc
 from schedmesh.api import convert
 from schedmesh.api.load import AdmissionError, ManifestError, Manifests
 from schedmesh.api.runtime_class import admit_runtime_class
-from schedmesh.api.types import Node, Pod
+from schedmesh.api.types import DaemonSet, Node, Pod
 from schedmesh.api.update import as_applied, merged_pod, pod_changed, pod_update_error
 from schedmesh.bus import EventProducer
 from schedmesh.mesh import records
@@ -46,6 +46,8 @@ def _comparable(obj):
     """An object as its record would carry it (a cache may hold equal values in other types)."""
     if isinstance(obj, Node):
         return convert.node_to_proto(obj).SerializeToString(deterministic=True)
+    if isinstance(obj, DaemonSet):
+        return convert.daemon_set_to_proto(obj).SerializeToString(deterministic=True)
     return obj
 
 
@@ -159,6 +161,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             live_rcs = dict(qm.cache.runtime_classes)
             live_pdbs = dict(qm.cache.pdbs)
             live_workloads = dict(qm.cache.workloads)
+            live_daemon_sets = dict(qm.cache.daemon_sets)
             # only the manifest's own nodes and pods: copying all 5,000 nodes and every pod made
             # an Apply of 10 pods cost as much as scheduling them
             live_nodes = {}
@@ -202,6 +205,19 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                 plan.add("service", f"{w.namespace}/{w.name}", w, live, plan.publish.workloads)
             elif live != w:  # a workload's controller: no line of its own (the pods' are kubectl's)
                 plan.publish.workloads.append(w)
+        for ds in m.daemon_sets:
+            live = live_daemon_sets.get(ds.key)
+            if live is not None:
+                if live.selector != ds.selector:  # apps/v1 validation: spec.selector is immutable
+                    plan.errors.append(f'DaemonSet.apps "{ds.name}" is invalid: spec.selector: Invalid value: '
+                                       f'"{ds.selector}": field is immutable')
+                    continue
+                # The API server's templateGeneration: one more when the template changes, else kept.
+                ds = replace(ds, meta=replace(ds.meta, creation_timestamp=live.meta.creation_timestamp),
+                             template_generation=live.template_generation + (live.template_hash != ds.template_hash))
+            elif ds.meta.creation_timestamp is None:
+                ds = replace(ds, meta=replace(ds.meta, creation_timestamp=time.time()))
+            plan.add("daemonset.apps", ds.key, ds, live, plan.publish.daemon_sets)
         for n in m.nodes:
             live = live_nodes.get(n.name)
             if live is not None:  # the kubelet's conditions and images stay
@@ -301,8 +317,19 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             with qm.cache.lock:  # pods placed next must not be spread by it, even before the record is back
                 qm.cache.workloads.pop(svc.key, None)
             return queue_pb2.DeleteResponse(result=f'service "{name}" deleted')
+        if kind in ("daemonset", "daemonsets", "ds"):
+            ds = qm.cache.daemon_sets.get(f"{ns}/{name}")
+            if ds is None:
+                await context.abort(grpc.StatusCode.NOT_FOUND, f'daemonsets.apps "{name}" not found in namespace {ns}')
+            # The controller-manager's DaemonSet controller then deletes its pods (the garbage collector's part).
+            await records.publish(qm.producer, [records.daemon_set_record(ds, deleted=True)])
+            await self._unstore([records.daemon_set_record(ds, deleted=True)])
+            with qm.cache.lock:  # applied again next, it is created, even before the record is back
+                qm.cache.daemon_sets.pop(ds.key, None)
+            return queue_pb2.DeleteResponse(result=f'daemonset.apps "{name}" deleted')
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"kind must be pod, node, priorityclass, runtimeclass, pdb or service, not {request.kind!r}")
+                            f"kind must be pod, node, priorityclass, runtimeclass, pdb, service or daemonset, "
+                            f"not {request.kind!r}")
 
     async def _unstore(self, deletions: list) -> None:
         """A deleted object leaves the local store too (it must not come back at the next `up`)."""

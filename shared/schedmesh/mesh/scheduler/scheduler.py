@@ -302,6 +302,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                 recs += [records.runtime_class_record(rc) for rc in self.cache.runtime_classes.values()]
                 recs += [records.pdb_record(p) for p in self.cache.pdbs.values()]
                 recs += [records.workload_record(w) for w in self.cache.workloads.values()]
+                recs += [records.daemon_set_record(d) for d in self.cache.daemon_sets.values()]
                 nodes = []
                 for name, node in self.applied_nodes.items():
                     ni = self.cache.snapshot.get(name)
@@ -360,7 +361,8 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                      TOPIC_PRIORITY_CLASSES: set(self.cache.priority_classes) | {
                          records.RUNTIME_CLASS_KEY_PREFIX + n for n in self.cache.runtime_classes},
                      TOPIC_PDBS: set(self.cache.pdbs) | {records.workload_key(w)
-                                                         for w in self.cache.workloads.values()},
+                                                         for w in self.cache.workloads.values()} | {
+                         records.daemon_set_key(d) for d in self.cache.daemon_sets.values()},
                      TOPIC_NAMESPACES: set(self.cache.snapshot.namespace_labels),
                      TOPIC_NODES: {ni.node.name for ni in self.cache.snapshot.node_info_list if ni.node is not None}}
         missing = [(t, k, v) for t, k, v in stored if k not in known.get(t, ())]

@@ -322,3 +322,62 @@ def test_skipped_kinds_get_a_line_and_are_never_published(in_worker: bool, worke
     s.qm.producer.sent.clear()
     assert list(apply(s, "---".join(PLATFORM.split("---")[:3])).applied) == lines[len(pods):]
     assert s.qm.producer.sent == []
+
+
+DAEMON_SET = """
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {{name: agent, namespace: infra}}
+spec:
+  selector: {{matchLabels: {selector}}}
+  template:
+    metadata: {{labels: {{app: agent, tier: node}}}}
+    spec: {{containers: [{{name: c, image: "agent:{version}"}}]}}
+"""
+
+
+def sent_daemon_sets(s: api.SchedulerServicer) -> list[tuple[events_pb2.PodDisruptionBudgetRecord, str]]:
+    out = []
+    for topic, key, value in s.qm.producer.sent:
+        rec = events_pb2.PodDisruptionBudgetRecord.FromString(value) if topic == records.TOPIC_PDBS else None
+        if rec is not None and rec.HasField("daemon_set"):
+            out.append((rec, key))
+    return out
+
+
+def read_back(s: api.SchedulerServicer) -> None:
+    """What the broker would return to the queue-manager's cache."""
+    for offset, (topic, _key, value) in enumerate(s.qm.producer.sent):
+        s.qm.cache.apply(topic, value, offset)
+    s.qm.producer.sent.clear()
+
+
+def test_a_daemon_set_is_created_configured_unchanged_and_deleted() -> None:
+    """kubectl's lines; no pod is published (the controller-manager makes them); the template's
+    generation goes up with each template change, as the API server's templateGeneration does;
+    the selector is immutable."""
+    s = servicer()
+    first = DAEMON_SET.format(selector="{app: agent}", version="1")
+    assert list(apply(s, first).applied) == ["daemonset.apps/infra/agent created"]
+    ((rec, key),) = sent_daemon_sets(s)
+    assert key == "daemonset/infra/agent" and not rec.deleted and rec.daemon_set.template_generation == 1
+    assert published_pods(s) == []
+    read_back(s)
+    assert list(apply(s, first).applied) == ["daemonset.apps/infra/agent unchanged"]
+    assert s.qm.producer.sent == []
+    assert list(apply(s, DAEMON_SET.format(selector="{app: agent}", version="2")).applied) == [
+        "daemonset.apps/infra/agent configured"]
+    ((rec, _),) = sent_daemon_sets(s)
+    assert rec.daemon_set.template_generation == 2
+    read_back(s)
+    with pytest.raises(Aborted) as e:
+        apply(s, DAEMON_SET.format(selector="{app: agent, tier: node}", version="2"))
+    assert 'DaemonSet.apps "agent" is invalid: spec.selector: Invalid value: "app=agent,tier=node": field is ' \
+           'immutable' in e.value.details
+    gone = asyncio.run(s.Delete(queue_pb2.DeleteRequest(kind="daemonset", namespace="infra", name="agent"), Context()))
+    assert gone.result == 'daemonset.apps "agent" deleted'
+    ((rec, _),) = sent_daemon_sets(s)
+    assert rec.deleted
+    with pytest.raises(Aborted) as e:
+        asyncio.run(s.Delete(queue_pb2.DeleteRequest(kind="ds", namespace="infra", name="agent"), Context()))
+    assert e.value.code == grpc.StatusCode.NOT_FOUND

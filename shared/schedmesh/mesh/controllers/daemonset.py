@@ -1,0 +1,185 @@
+"""The DaemonSet controller: each DaemonSet applied gets one pod on every node that should run it,
+as kube's controller (pkg/controller/daemon) keeps it; the decisions are
+schedmesh.workloads.daemonset's, this module publishes them.
+
+* Missing pods are created pending, admitted as kube-apiserver admits a pod (Priority,
+  DefaultTolerationSeconds, RuntimeClass), with a creation time, a resource version and this
+  controller as their source; the queue-manager schedules them like any pod (NodeAffinity's
+  matchFields term keeps each to its node).
+* Pods on nodes that should no longer run them, failed, succeeded and extra ones, and outdated
+  ones under RollingUpdate (maxUnavailable at a time) are deleted: gracefully when bound to a
+  live node (its kubelet agent ends it), at once when unbound, terminal or on a node that is
+  gone (the pod garbage collector's part).
+* A DaemonSet deleted has its pods deleted (the garbage collector's part, for the DaemonSets
+  this process saw).
+
+Level-triggered, as the other controllers: a sync runs when the pods, nodes or DaemonSets changed
+(their topics' offsets moved) or a backed-off deletion falls due, else every RESYNC_PERIOD. What
+one sync published is expected back (kube's expectations): the DaemonSet is not synced again
+until the cache shows every pod created and every deletion, or EXPECTATIONS_TIMEOUT passed
+(a record lost with the broker), so nothing is sent twice while on its way.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from schedmesh.api.load import AdmissionError, admit_pod
+from schedmesh.api.runtime_class import admit_runtime_class
+from schedmesh.api.types import DaemonSet, Pod
+from schedmesh.bus.topics import NODES, PDBS, PODS
+from schedmesh.eviction.taint_eviction import default_toleration_seconds
+from schedmesh.mesh.cluster_cache import ClusterCache, is_terminal
+from schedmesh.mesh.records import deletion_update, pod_batch_records, pod_message
+from schedmesh.v1 import events_pb2
+from schedmesh.workloads.daemonset import (DaemonSetPlan, FailedPodBackoff, controlled_by, daemon_pod,
+                                           daemon_pod_name, sync_plan)
+
+log = logging.getLogger("schedmesh.controllers.daemonset")
+
+# A sync's pods not seen back within this long are given up on and decided again (kube: 5 min).
+EXPECTATIONS_TIMEOUT = 30.0
+# Every DaemonSet is synced at least this often even when nothing changed.
+RESYNC_PERIOD = 30.0
+
+
+@dataclass
+class _Expected:
+    """What one sync of a DaemonSet published and the cache has not shown yet."""
+    created: set[str] = field(default_factory=set)  # pod uids
+    deleted: set[str] = field(default_factory=set)  # pod uids still live, not yet marked for deletion
+    until: float = 0.0
+
+
+class DaemonSetController:
+    def __init__(self, cache: ClusterCache, source: str = "",
+                 new_uid: Callable[[], str] = lambda: str(uuid.uuid4())) -> None:
+        self.cache, self.source, self.new_uid = cache, source, new_uid
+        self.backoff = FailedPodBackoff()
+        self._expected: dict[str, _Expected] = {}  # DaemonSet key -> its sync's records on their way
+        self._known: dict[str, DaemonSet] = {}     # the DaemonSets of the last sync
+        self._gone: dict[str, DaemonSet] = {}      # deleted ones whose pods are being deleted
+        self._versions = itertools.count(1)
+        self._started_ns = time.time_ns()
+        self._refused: set[tuple[str, str]] = set()  # (DaemonSet, admission error) already logged
+        self._last_offsets: dict[str, int] = {}
+        self._next_sync = 0.0
+
+    def _due(self, now: float) -> bool:
+        offsets = {k: v for k, v in self.cache.view_offsets().items() if k.split("/", 1)[0] in (PODS, NODES, PDBS)}
+        if offsets != self._last_offsets or now >= self._next_sync:
+            self._last_offsets = offsets
+            return True
+        return False
+
+    def sync(self, now: float) -> list[tuple[str, str, bytes]]:
+        """The records of one pass over every DaemonSet (call under the controller lock)."""
+        if not self._due(now):
+            return []
+        out: list[events_pb2.PodRecord] = []
+        next_sync = now + RESYNC_PERIOD
+        with self.cache.lock:
+            daemon_sets = dict(self.cache.daemon_sets)
+            for key in [k for k in self._known if k not in daemon_sets]:
+                self._gone[key] = self._known[key]
+                log.info("daemonset %s deleted: deleting its pods", key)
+            for key in [k for k in self._gone if k in daemon_sets]:  # applied again: its pods are its own again
+                del self._gone[key]
+            self._known = daemon_sets
+            self.backoff.keep_only(daemon_sets)
+            if daemon_sets or self._gone:
+                nodes = [ni.node for ni in self.cache.snapshot.node_info_list if ni.node is not None]
+                node_names = {n.name for n in nodes}
+                owned = self._pods_by_owner()
+                for key, ds in daemon_sets.items():
+                    pods = [p for p in owned.get(key, ()) if controlled_by(ds, p)]
+                    if not self._settled(key, now):
+                        next_sync = min(next_sync, self._expected[key].until)
+                        continue
+                    plan = sync_plan(ds, nodes, pods, now, self.backoff)
+                    if plan.retry_at is not None:
+                        next_sync = min(next_sync, plan.retry_at)
+                    out += self._carry_out(ds, plan, node_names, now)
+                for key, ds in list(self._gone.items()):
+                    pods = [p for p in owned.get(key, ()) if controlled_by(ds, p) and p.meta.deletion_timestamp is None]
+                    if not pods:
+                        del self._gone[key]
+                    elif self._settled(key, now):
+                        out += self._carry_out(ds, DaemonSetPlan(delete=[(p, "its DaemonSet is deleted")
+                                                                         for p in pods]), node_names, now)
+            for key in [k for k in self._expected if k not in daemon_sets and k not in self._gone]:
+                del self._expected[key]
+        self._next_sync = next_sync
+        return pod_batch_records(out, self.source)
+
+    def _pods_by_owner(self) -> dict[str, list[Pod]]:
+        """Pods controlled by a DaemonSet, by its key (namespace/name)."""
+        out: dict[str, list[Pod]] = {}
+        for p in self.cache.pods.values():
+            for ref in p.meta.owner_references:
+                if ref.controller and ref.kind == "DaemonSet":
+                    out.setdefault(f"{p.namespace}/{ref.name}", []).append(p)
+        return out
+
+    def _settled(self, key: str, now: float) -> bool:
+        """Whether the cache shows everything the DaemonSet's last sync published (kube's
+        SatisfiedExpectations), or it is given up on."""
+        expected = self._expected.get(key)
+        if expected is None:
+            return True
+        pods = self.cache.pods
+        expected.created = {u for u in expected.created if u not in pods}
+        expected.deleted = {u for u in expected.deleted if u in pods and pods[u].meta.deletion_timestamp is None}
+        if (expected.created or expected.deleted) and now < expected.until:
+            return False
+        if expected.created or expected.deleted:
+            log.warning("daemonset %s: %d creation(s) and %d deletion(s) not seen back after %.0f s; syncing again",
+                        key, len(expected.created), len(expected.deleted), EXPECTATIONS_TIMEOUT)
+        del self._expected[key]
+        return True
+
+    def _carry_out(self, ds: DaemonSet, plan: DaemonSetPlan, node_names: set[str],
+                   now: float) -> list[events_pb2.PodRecord]:
+        out = []
+        expected = _Expected(until=now + EXPECTATIONS_TIMEOUT)
+        made: set[str] = set()
+        for node_name in plan.create_on:
+            name = daemon_pod_name(ds, node_name, lambda n: n in made or self.cache.get_pod(ds.namespace, n) is not None)
+            pod = self._admitted(daemon_pod(ds, node_name, name, self.new_uid()))
+            if pod is None:
+                continue
+            made.add(name)
+            pod.meta.creation_timestamp = now + len(made) * 1e-6  # one after another, as the API server creates them
+            pod.meta.resource_version = f"{self.source}-{self._started_ns}-{next(self._versions)}"
+            expected.created.add(pod.uid)
+            log.info("daemonset %s: creating pod %s for node %s", ds.key, name, node_name)
+            out.append(pod_message(pod, source=self.source))
+        for pod, why in plan.delete:
+            expected.deleted.add(pod.uid)
+            log.info("daemonset %s: deleting pod %s on %s: %s", ds.key, pod.name, pod.node_name or "no node", why)
+            if pod.node_name and pod.node_name in node_names and not is_terminal(pod):
+                out.append(deletion_update(pod, now, self.source))  # its kubelet agent ends it
+            else:  # the API server removes an unbound or ended pod at once; PodGC one whose node is gone
+                out.append(pod_message(pod, deleted=True, source=self.source))
+        if out:
+            self._expected[ds.key] = expected
+        return out
+
+    def _admitted(self, pod: Pod) -> Optional[Pod]:
+        """The pod as kube-apiserver's admission leaves it (Priority, DefaultTolerationSeconds,
+        RuntimeClass), or None when refused (kube: a FailedCreate event; retried next sync)."""
+        try:
+            admit_pod(pod, self.cache.priority_classes)
+            pod.tolerations = default_toleration_seconds(pod.tolerations)
+            admit_runtime_class(pod, self.cache.runtime_classes, refuse_unknown=False)
+        except AdmissionError as e:
+            owner = pod.meta.owner_references[0].name
+            if (owner, str(e)) not in self._refused:
+                self._refused.add((owner, str(e)))
+                log.warning("daemonset %s/%s: cannot create a pod: %s", pod.namespace, owner, e)
+            return None
+        return pod

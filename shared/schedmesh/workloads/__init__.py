@@ -1,0 +1,6 @@
+"""What kube's pod controllers decide, as plain functions over api.types objects: one copy used by
+`schedmesh explain` and by the mesh's controller-manager (schedmesh.mesh.controllers).
+
+* `daemonset`: the DaemonSet controller (pkg/controller/daemon): which nodes run a daemon pod,
+  the pod it makes for a node, and what one sync creates and deletes.
+"""
