@@ -10,8 +10,12 @@ schedmesh.workloads.daemonset's, this module publishes them.
   ones under RollingUpdate (maxUnavailable at a time) are deleted: gracefully when bound to a
   live node (its kubelet agent ends it), at once when unbound, terminal or on a node that is
   gone (the pod garbage collector's part).
-* A DaemonSet deleted has its pods deleted (the garbage collector's part, for the DaemonSets
-  this process saw).
+* A DaemonSet deleted has its pods deleted (the garbage collector's part): those of the
+  DaemonSets this process saw go, and, found at a resync, the pods a DaemonSet applied here made
+  (their controller reference carries the uid schedmesh gives a DaemonSet of that name) whose
+  DaemonSet is gone although this process never saw it go (deleted while it was down), once
+  they have stayed so for ORPHAN_GRACE. Pods recorded from a real cluster name real uids and
+  are never taken for orphans.
 
 Level-triggered, as the other controllers: a sync runs when the pods, nodes or DaemonSets changed
 (their topics' offsets moved) or a backed-off deletion falls due, else every RESYNC_PERIOD. What
@@ -26,9 +30,9 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
-from schedmesh.api.load import AdmissionError, admit_pod
+from schedmesh.api.load import AdmissionError, admit_pod, object_uid
 from schedmesh.api.runtime_class import admit_runtime_class
 from schedmesh.api.types import DaemonSet, Pod
 from schedmesh.bus.topics import NODES, PDBS, PODS
@@ -45,6 +49,9 @@ log = logging.getLogger("schedmesh.controllers.daemonset")
 EXPECTATIONS_TIMEOUT = 30.0
 # Every DaemonSet is synced at least this often even when nothing changed.
 RESYNC_PERIOD = 30.0
+# Pods of a DaemonSet gone are deleted only after this long without it: a cache being filled
+# again (a broker restart's re-publication) may show pods before their DaemonSet.
+ORPHAN_GRACE = 10.0
 
 
 @dataclass
@@ -68,6 +75,8 @@ class DaemonSetController:
         self._refused: set[tuple[str, str]] = set()  # (DaemonSet, admission error) already logged
         self._last_offsets: dict[str, int] = {}
         self._next_sync = 0.0
+        self._orphaned_since: dict[str, float] = {}  # DaemonSet key -> when its pods were first found without it
+        self._next_orphan_scan = 0.0
 
     def _due(self, now: float) -> bool:
         offsets = {k: v for k, v in self.cache.view_offsets().items() if k.split("/", 1)[0] in (PODS, NODES, PDBS)}
@@ -111,10 +120,38 @@ class DaemonSetController:
                     elif self._settled(key, now):
                         out += self._carry_out(ds, DaemonSetPlan(delete=[(p, "its DaemonSet is deleted")
                                                                          for p in pods]), node_names, now)
-            for key in [k for k in self._expected if k not in daemon_sets and k not in self._gone]:
+            if now >= self._next_orphan_scan:
+                out += self._collect_orphans(daemon_sets, now)
+                self._next_orphan_scan = now + (ORPHAN_GRACE if self._orphaned_since else RESYNC_PERIOD)
+            next_sync = min(next_sync, self._next_orphan_scan)
+            for key in [k for k in self._expected
+                        if k not in daemon_sets and k not in self._gone and k not in self._orphaned_since]:
                 del self._expected[key]
         self._next_sync = next_sync
         return pod_batch_records(out, self.source)
+
+    def _collect_orphans(self, daemon_sets: dict[str, DaemonSet], now: float) -> list[events_pb2.PodRecord]:
+        """Delete the pods DaemonSets applied here made whose DaemonSet is gone unseen (see the
+        module's docstring), once orphaned for ORPHAN_GRACE."""
+        out: list[events_pb2.PodRecord] = []
+        orphaned: dict[str, float] = {}
+        node_names = {ni.node.name for ni in self.cache.snapshot.node_info_list if ni.node is not None}
+        for key, pods in self._pods_by_owner().items():
+            if key in daemon_sets or key in self._gone:
+                continue
+            namespace, name = key.split("/", 1)
+            uid = object_uid("DaemonSet", namespace, name)
+            made_here = [p for p in pods if p.meta.deletion_timestamp is None and any(
+                r.controller and r.kind == "DaemonSet" and r.name == name and r.uid == uid
+                for r in p.meta.owner_references)]
+            if not made_here:
+                continue
+            since = orphaned[key] = self._orphaned_since.get(key, now)
+            if now - since >= ORPHAN_GRACE and self._settled(key, now):
+                log.info("daemonset %s is gone (deleted while this controller was not running): deleting its pods", key)
+                out += self._delete(key, [(p, "its DaemonSet is deleted") for p in made_here], node_names, now)
+        self._orphaned_since = orphaned
+        return out
 
     def _pods_by_owner(self) -> dict[str, list[Pod]]:
         """Pods controlled by a DaemonSet, by its key (namespace/name)."""
@@ -158,15 +195,24 @@ class DaemonSetController:
             expected.created.add(pod.uid)
             log.info("daemonset %s: creating pod %s for node %s", ds.key, name, node_name)
             out.append(pod_message(pod, source=self.source))
-        for pod, why in plan.delete:
+        out += self._delete(ds.key, plan.delete, node_names, now, expected)
+        if out:
+            self._expected[ds.key] = expected
+        return out
+
+    def _delete(self, key: str, pods: Sequence[tuple[Pod, str]], node_names: set[str], now: float,
+                expected: Optional[_Expected] = None) -> list[events_pb2.PodRecord]:
+        """The deletions of a DaemonSet's pods, expected back (a new expectation unless given)."""
+        if expected is None and pods:
+            expected = self._expected[key] = _Expected(until=now + EXPECTATIONS_TIMEOUT)
+        out = []
+        for pod, why in pods:
             expected.deleted.add(pod.uid)
-            log.info("daemonset %s: deleting pod %s on %s: %s", ds.key, pod.name, pod.node_name or "no node", why)
+            log.info("daemonset %s: deleting pod %s on %s: %s", key, pod.name, pod.node_name or "no node", why)
             if pod.node_name and pod.node_name in node_names and not is_terminal(pod):
                 out.append(deletion_update(pod, now, self.source))  # its kubelet agent ends it
             else:  # the API server removes an unbound or ended pod at once; PodGC one whose node is gone
                 out.append(pod_message(pod, deleted=True, source=self.source))
-        if out:
-            self._expected[ds.key] = expected
         return out
 
     def _admitted(self, pod: Pod) -> Optional[Pod]:

@@ -175,3 +175,29 @@ def test_a_deleted_daemon_set_s_pods_are_deleted():
 def test_nothing_to_do_without_daemon_sets():
     fed, dsc = mesh(node("n1"))
     assert dsc.sync(T0) == []
+
+
+def test_pods_of_a_daemon_set_deleted_while_the_controller_was_down_are_collected():
+    """A controller-manager started after its DaemonSet was deleted never saw it go: the pods it
+    made (their controller's uid is the one schedmesh gives that DaemonSet) are deleted once
+    orphaned for ORPHAN_GRACE; a pod recorded from a real cluster (another uid) is left alone."""
+    from schedmesh.api.types import OwnerReference
+    from schedmesh.mesh.controllers.daemonset import ORPHAN_GRACE
+
+    fed, dsc = mesh(node("n1"), node("n2"), ds=agent())
+    changes(fed, dsc.sync(T0))
+    bind_all(fed)
+    made = sorted(p.name for p in fed.cache.pods.values())
+    some = next(iter(fed.cache.pods.values()))
+    recorded = dataclasses.replace(some, meta=dataclasses.replace(
+        some.meta, name="agent-recorded", uid="uid-recorded",
+        owner_references=[OwnerReference("DaemonSet", "agent", "a-real-cluster-uid", "apps/v1", True)]))
+    fed.add(recorded)
+    fed.apply([daemon_set_record(agent(), deleted=True)])
+    restarted = DaemonSetController(fed.cache, source="cm")  # a new process: never saw the DaemonSet
+    assert restarted.sync(T0 + 1) == []  # found orphaned: not yet
+    assert restarted.sync(T0 + ORPHAN_GRACE / 2) == []
+    created, deleted, marked = changes(fed, restarted.sync(T0 + 1 + ORPHAN_GRACE))
+    assert created == {} and deleted == [] and marked == made  # bound to live nodes: ended by their kubelets
+    assert restarted.sync(T0 + 2 + ORPHAN_GRACE) == []  # marked: not sent again
+    assert "uid-recorded" in fed.cache.pods and fed.cache.pods["uid-recorded"].meta.deletion_timestamp is None
