@@ -150,21 +150,25 @@ def test_admission_refusals_apply_nothing(target) -> None:
     apply(target, GVISOR)
     cases = [
         (pod("r-unknown", "10m", "  runtimeClassName: kata\n"),
+         'rc.yaml: document 2 (Pod r-unknown): '
          'Pod default/r-unknown: spec.runtimeClassName: pods "r-unknown" is forbidden: '
          'pod rejected: RuntimeClass "kata" not found'),
         (pod("r-overhead", "10m", "  runtimeClassName: gvisor\n  overhead: {cpu: 100m}\n"),
+         'rc.yaml: document 2 (Pod r-overhead): '
          'Pod default/r-overhead: spec.overhead: pods "r-overhead" is forbidden: '
          "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"),
         (pod("r-no-class", "10m", "  overhead: {cpu: 100m}\n"),
+         'rc.yaml: document 2 (Pod r-no-class): '
          'Pod default/r-no-class: spec.overhead: pods "r-no-class" is forbidden: '
          "pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"),
         (pod("r-conflict", "10m", "  runtimeClassName: gvisor\n  nodeSelector: {runtime: kata}\n"),
+         'rc.yaml: document 2 (Pod r-conflict): '
          'Pod default/r-conflict: spec.nodeSelector: pods "r-conflict" is forbidden: conflict: '
          "runtimeClass.scheduling.nodeSelector[runtime] = gvisor; pod.spec.nodeSelector[runtime] = kata"),
         (GVISOR.replace("handler: runsc", "handler: kata"),
          'RuntimeClass.node.k8s.io "gvisor" is invalid: handler: Invalid value: "kata": field is immutable'),
     ]
-    for manifest, message in cases:
+    for manifest, message in cases:  # a pod's refusal names the file and document it was read from
         details = refused(target, pod("r-bystander", "10m", "") + "---" + manifest)
         assert details == message + "\n(nothing was applied)", details
     assert not {"r-bystander", "r-unknown", "r-overhead", "r-no-class", "r-conflict"} & set(views(target))

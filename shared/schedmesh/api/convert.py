@@ -7,7 +7,8 @@ from typing import Optional
 from schedmesh.api.evolve import evolve
 from schedmesh.api.labels import LabelSelector, LabelSelectorRequirement
 from schedmesh.api.quantity import format_exact, parse_quantity
-from schedmesh.api.types import (Affinity, Container, ContainerImage, ContainerPort, DaemonSet, Namespace, Node,
+from schedmesh.api.types import (Affinity, Container, ContainerImage, ContainerPort, DaemonSet, LimitRange,
+                                 LimitRangeItem, Namespace, Node,
                                  NodeAffinity, NodeCondition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
                                  ObjectMeta, OwnerReference, Pod, PodAffinity, PodAffinityTerm, PodCondition,
                                  PodDisruptionBudget, PreferredSchedulingTerm, PriorityClass, ResourceList,
@@ -389,3 +390,22 @@ def daemon_set_from_proto(m: pb.DaemonSet) -> DaemonSet:
                      template=template, template_hash=m.template_hash,
                      template_generation=m.template_generation, update_strategy=m.update_strategy,
                      max_unavailable=m.max_unavailable)
+
+
+_LIMIT_RANGE_MAPS = ("max", "min", "default", "default_request", "max_limit_request_ratio")
+
+
+def limit_range_to_proto(r: LimitRange) -> pb.LimitRange:
+    out = pb.LimitRange()
+    meta_to(r.meta, out.metadata)
+    for item in r.limits:
+        m = out.limits.add(type=item.type)
+        for attr in _LIMIT_RANGE_MAPS:
+            getattr(m, attr).update(getattr(item, attr))
+    return out
+
+
+def limit_range_from_proto(m: pb.LimitRange) -> LimitRange:
+    return LimitRange(meta=meta_from(m.metadata), limits=tuple(
+        LimitRangeItem(type=i.type, **{attr: _map_from(getattr(i, attr)) for attr in _LIMIT_RANGE_MAPS})
+        for i in m.limits))

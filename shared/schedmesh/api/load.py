@@ -2,9 +2,9 @@
 
 Multi-document YAML, JSON, `kind: List`; v1 Pod, Node, Namespace, Service (its selector),
 scheduling.k8s.io/v1 PriorityClass, node.k8s.io/v1 RuntimeClass, policy/v1 PodDisruptionBudget,
-apps/v1 Deployment, ReplicaSet and StatefulSet, v1 ReplicationController and batch/v1 Job
-(expanded to the pods their controllers create at once, named as they name them), apps/v1
-DaemonSet (kept whole: its pods depend on the nodes, see schedmesh.workloads.daemonset) and
+v1 LimitRange (schedmesh.api.limit_range), apps/v1 Deployment, ReplicaSet and StatefulSet, v1
+ReplicationController and batch/v1 Job (expanded to the pods their controllers create at once,
+named as they name them), apps/v1 DaemonSet (kept whole: its pods depend on the nodes, see schedmesh.workloads.daemonset) and
 kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration (kept as a dict for
 `schedmesh.framework.config`). Kinds scheduling never reads (ConfigMaps, Secrets, RBAC,
 Ingresses, ...: `_SKIPPED`) are accepted and kept only as names (`Manifests.skipped`), so a
@@ -37,12 +37,14 @@ from yaml.nodes import MappingNode, Node as _YAMLNode, ScalarNode, SequenceNode
 from schedmesh.api.labels import (LABEL_SELECTOR_OPERATORS, IN, NOT_IN, LabelSelector,
                                   LabelSelectorRequirement)
 from schedmesh.api.evolve import evolve
+from schedmesh.api.limit_range import LimitRangeInvalid, canonical_quantities, default_item, validate_limit_range
 from schedmesh.api.quantity import QuantityError, parse_quantity
 from schedmesh.api.resources import (aggregate_container_requests, is_hugepage_resource_name,
                                      is_supported_pod_level_resource)
 from schedmesh.api.types import (DEFAULT_NAMESPACE, NO_EXECUTE, NO_SCHEDULE, ON_DELETE, PREEMPT_LOWER_PRIORITY,
                                  PREEMPT_NEVER, PREFER_NO_SCHEDULE, ROLLING_UPDATE, SYSTEM_PRIORITY_CLASSES,
-                                 Affinity, Container, ContainerImage, ContainerPort, DaemonSet, Namespace, Node,
+                                 Affinity, Container, ContainerImage, ContainerPort, DaemonSet, LimitRange,
+                                 LimitRangeItem, Namespace, Node,
                                  NodeAffinity, NodeCondition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
                                  ObjectMeta, OwnerReference, Pod, PodAffinity, PodAffinityTerm,
                                  PodCondition, PodDisruptionBudget, PreferredSchedulingTerm, PriorityClass,
@@ -98,12 +100,23 @@ class Manifests:
     skipped: list["SkippedObject"] = field(default_factory=list)
     # Kept whole: which nodes get their pods is for their controller to decide.
     daemon_sets: list[DaemonSet] = field(default_factory=list)
+    # Admission's part: they default and limit the pods created in their namespace.
+    limit_ranges: list[LimitRange] = field(default_factory=list)
+    # Where each pod was read ((namespace, name) -> "file: document N (Kind name)"), so an
+    # admission refusal decided later names the document.
+    pod_sources: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def extend(self, other: "Manifests") -> "Manifests":
         for f in ("nodes", "pods", "priority_classes", "pdbs", "namespaces", "scheduler_configs", "runtime_classes",
-                  "workloads", "skipped", "daemon_sets"):
+                  "workloads", "skipped", "daemon_sets", "limit_ranges"):
             getattr(self, f).extend(getattr(other, f))
+        self.pod_sources.update(other.pod_sources)
         return self
+
+    def pod_source(self, pod: Pod) -> str:
+        """Where `pod` was read and which pod it is: "m.yaml: document 2 (Deployment web): Pod default/web-x"."""
+        where = self.pod_sources.get((pod.namespace, pod.name))
+        return f"{where}: Pod {pod.key}" if where else f"Pod {pod.key}"
 
 
 @dataclass(frozen=True)
@@ -1610,6 +1623,40 @@ def parse_daemon_set(doc: _Doc, d: dict) -> DaemonSet:
                      template_generation=generation, update_strategy=strategy, max_unavailable=max_unavailable)
 
 
+_LIMIT_RANGE_FIELDS = (("max", "max"), ("min", "min"), ("default", "default"), ("defaultRequest", "default_request"),
+                       ("maxLimitRequestRatio", "max_limit_request_ratio"))
+
+
+def parse_limit_range(doc: _Doc, d: dict) -> LimitRange:
+    """v1 LimitRange, defaulted and validated as the API server stores it (limit_range.py)."""
+    meta = _meta(doc, d.get("metadata"), "LimitRange", True)
+    spec = doc.obj(d.get("spec"), "spec")
+    items = []
+    for i, raw in enumerate(doc.lst(spec.get("limits"), "spec.limits")):
+        path = f"spec.limits[{i}]"
+        raw = doc.obj(raw, path)
+        maps = {}
+        for field_name, attr in _LIMIT_RANGE_FIELDS:
+            given = doc.obj(raw.get(field_name), f"{path}.{field_name}")
+            for k in given:
+                errs = qualified_name_errors(str(k))
+                if errs:
+                    raise doc.fail(f"{path}.{field_name}[{k}]", _invalid(k, errs))
+            try:
+                maps[attr] = canonical_quantities(given, f"{path}.{field_name}")
+            except LimitRangeInvalid as e:
+                raise doc.fail(e.path, e.reason) from None
+        limit_type = doc.str_(raw.get("type"), f"{path}.type")
+        if not limit_type:
+            raise doc.fail(f"{path}.type", "Required value")
+        items.append(default_item(LimitRangeItem(type=limit_type, **maps)))
+    try:
+        validate_limit_range(items)
+    except LimitRangeInvalid as e:
+        raise doc.fail(e.path, e.reason) from None
+    return LimitRange(meta=meta, limits=tuple(items))
+
+
 _PARSERS: dict[tuple[str, str], Callable[[_Doc, dict], Any]] = {
     ("v1", "Pod"): parse_pod,
     ("v1", "Node"): parse_node,
@@ -1618,6 +1665,7 @@ _PARSERS: dict[tuple[str, str], Callable[[_Doc, dict], Any]] = {
     ("node.k8s.io/v1", "RuntimeClass"): parse_runtime_class,
     ("policy/v1", "PodDisruptionBudget"): parse_pdb,
     ("v1", "Service"): parse_service,
+    ("v1", "LimitRange"): parse_limit_range,
 }
 _WORKLOADS = {("apps/v1", k) for k in _APPS_WORKLOAD_KINDS} | {("v1", "ReplicationController"), ("batch/v1", "Job")}
 _CONFIG = ("kubescheduler.config.k8s.io/v1", "KubeSchedulerConfiguration")
@@ -1647,8 +1695,6 @@ _SKIPPED: dict[tuple[str, str], tuple[bool, str]] = {
 # Kinds that change where pods go, or whether they are admitted, but are not modelled: refused
 # with the reason, since skipping them would place pods where kube would not.
 _NOT_MODELLED: dict[tuple[str, str], str] = {
-    ("v1", "LimitRange"): "it defaults pods' requests and limits at admission, which changes where they fit; "
-                          "write the requests into the pods instead",
     ("v1", "ResourceQuota"): "it refuses pods at admission once the namespace's quota is used up",
     ("v1", "PersistentVolumeClaim"): "a pod using a claim can only go where its volume binds, and volumes are "
                                      "not modelled",
@@ -1735,6 +1781,7 @@ def _add_object(req: _Request, out: Manifests, d: Any, where: str) -> None:
     if (api, kind) in _WORKLOADS:
         pods, workload = expand_workload(doc, d)
         out.pods.extend(pods)
+        out.pod_sources.update(((p.namespace, p.name), where) for p in pods)
         if workload is not None:
             out.workloads.append(workload)
         return
@@ -1756,7 +1803,9 @@ def _add_object(req: _Request, out: Manifests, d: Any, where: str) -> None:
                                f"{_kind_list(_SKIPPED)})")
     req.add_objects(doc, 1)
     obj = parser(doc, d)
-    if isinstance(obj, (Pod, PodDisruptionBudget)):
+    if isinstance(obj, Pod):
+        out.pod_sources[(obj.namespace, obj.name)] = where
+    if isinstance(obj, (Pod, PodDisruptionBudget, LimitRange)):
         req.define(doc, kind, obj.meta.namespace, obj.meta.name)
     elif isinstance(obj, WorkloadSelector):
         req.define(doc, kind, obj.namespace, obj.name)
@@ -1764,7 +1813,7 @@ def _add_object(req: _Request, out: Manifests, d: Any, where: str) -> None:
         req.define(doc, kind, "", obj.name)
     {Pod: out.pods, Node: out.nodes, Namespace: out.namespaces, PriorityClass: out.priority_classes,
      RuntimeClass: out.runtime_classes, PodDisruptionBudget: out.pdbs,
-     WorkloadSelector: out.workloads}[type(obj)].append(obj)
+     WorkloadSelector: out.workloads, LimitRange: out.limit_ranges}[type(obj)].append(obj)
 
 
 def _load_source(req: _Request, out: Manifests, text: str, source: str) -> None:
@@ -1841,6 +1890,7 @@ def _object_keys(m: Manifests) -> dict[tuple[str, str, str], str]:
     keys.update({("Namespace", "", n.name): f"Namespace {n.name}" for n in m.namespaces})
     keys.update({(s.resource, s.namespace, s.name): s.key for s in m.skipped})
     keys.update({("DaemonSet", d.namespace, d.name): f"DaemonSet {d.key}" for d in m.daemon_sets})
+    keys.update({("LimitRange", r.namespace, r.name): f"LimitRange {r.key}" for r in m.limit_ranges})
     return keys
 
 

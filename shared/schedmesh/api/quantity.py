@@ -112,3 +112,49 @@ def _format_fraction(numerator: int, denominator: int) -> str:
     sign = "-" if scaled < 0 else ""
     digits = str(abs(scaled.numerator)).rjust(k + 1, "0")
     return f"{sign}{digits[:-k]}.{digits[-k:]}".rstrip("0").rstrip(".")
+
+
+# Quantity formats (apimachinery's resource.Format): how a quantity is written back.
+BINARY_SI, DECIMAL_SI, DECIMAL_EXPONENT = "BinarySI", "DecimalSI", "DecimalExponent"
+_DECIMAL_SUFFIXES = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+
+
+def quantity_format(text: str | int | float) -> str:
+    """The format a quantity is written in: a binary suffix (Ki..Ei) makes BinarySI, an exponent
+    (1e3) DecimalExponent, anything else (a plain number, m, k, M, ...) DecimalSI."""
+    if isinstance(text, str):
+        m = _QUANTITY.match(text.strip())
+        suffix = (m.group(3) or "") if m else ""
+        if suffix in _BINARY:
+            return BINARY_SI
+        if suffix[:1] in ("e", "E"):
+            return DECIMAL_EXPONENT
+    return DECIMAL_SI
+
+
+def quantity_string(q: Fraction, fmt: str = DECIMAL_SI) -> str:
+    """Quantity.String() of the value q in format fmt: kube's canonical form ("1500m" -> "1500m",
+    "0.5" -> "500m", "2000m" -> "2", "1024Mi" -> "1Gi", "1000" -> "1k"). Like kube, a value
+    finer than a nano is rounded up to one, and a binary value below 1024 or not whole is written
+    in decimal."""
+    nanos = math.ceil(q * 10**9)
+    if fmt == BINARY_SI and abs(nanos) >= 1024 * 10**9 and nanos % 10**9 == 0:
+        whole = nanos // 10**9
+        for suffix, size in reversed(list(_BINARY.items())):
+            if whole % size == 0:
+                return f"{whole // size}{suffix}"
+        return str(whole)
+    if nanos == 0:
+        return "0"
+    mantissa, exponent = nanos, -9
+    while mantissa % 1000 == 0 and exponent < 18:
+        mantissa //= 1000
+        exponent += 3
+    if fmt == DECIMAL_EXPONENT:
+        return f"{mantissa}e{exponent}" if exponent else str(mantissa)
+    return f"{mantissa}{_DECIMAL_SUFFIXES[exponent]}"
+
+
+def canonical_quantity(text: str | int | float) -> str:
+    """The quantity as kube writes it back after reading `text` (QuantityError when it is none)."""
+    return quantity_string(parse_quantity(text), quantity_format(text))

@@ -253,7 +253,6 @@ def test_skipped_objects_of_two_inputs_are_duplicates_too() -> None:
 
 
 @pytest.mark.parametrize("api, kind, why", [
-    ("v1", "LimitRange", "it defaults pods' requests and limits at admission"),
     ("v1", "ResourceQuota", "it refuses pods at admission"),
     ("v1", "PersistentVolumeClaim", "volumes are not modelled"),
     ("v1", "PersistentVolume", "volumes are not modelled"),

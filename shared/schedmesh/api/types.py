@@ -378,6 +378,47 @@ class DaemonSet:
         return f"{self.meta.namespace}/{self.meta.name}"
 
 
+# v1 LimitRange item types (core/v1 LimitType).
+LIMIT_TYPE_POD = "Pod"
+LIMIT_TYPE_CONTAINER = "Container"
+LIMIT_TYPE_PVC = "PersistentVolumeClaim"
+
+
+@dataclass(slots=True, frozen=True)
+class LimitRangeItem:
+    """One spec.limits[] entry, defaulted as the API server stores it (SetDefaults_LimitRangeItem).
+    Quantities are kept as kube writes them back (Quantity.String(): "500m", "1Gi"), because the
+    LimitRanger's refusals quote them so; schedmesh.api.quantity.parse_quantity gives the value."""
+
+    type: str
+    max: dict[str, str] = field(default_factory=dict)
+    min: dict[str, str] = field(default_factory=dict)
+    default: dict[str, str] = field(default_factory=dict)
+    default_request: dict[str, str] = field(default_factory=dict)
+    max_limit_request_ratio: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class LimitRange:
+    """v1 LimitRange: what kube-apiserver's LimitRanger admission defaults and enforces on the
+    pods created in its namespace (schedmesh.api.limit_range)."""
+
+    meta: ObjectMeta
+    limits: tuple[LimitRangeItem, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @property
+    def namespace(self) -> str:
+        return self.meta.namespace
+
+    @property
+    def key(self) -> str:
+        return f"{self.meta.namespace}/{self.meta.name}"
+
+
 # Built-in priority classes that every cluster has.
 SYSTEM_PRIORITY_CLASSES = {
     "system-cluster-critical": PriorityClass("system-cluster-critical", 2000000000),

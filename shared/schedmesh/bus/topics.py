@@ -16,7 +16,8 @@ agent's last heartbeat batch, keyed by the agent, is all a reader needs.
 | schedmesh.priorityclasses | name           | PriorityClassRecord       | queue-manager (apply)                   |
 | schedmesh.pdbs            | namespace/name | PodDisruptionBudgetRecord | queue-manager (apply), and the          |
 |                           | (workload/...) | (pdb, or a workload's     | disruption controller (status)          |
-|                           |                | controller selector)      |                                         |
+|                           |                | controller selector, a    |                                         |
+|                           |                | DaemonSet, a LimitRange)  |                                         |
 | schedmesh.nodes           | node name      | NodeRecord                | kubelet agents, queue-manager (apply)   |
 | schedmesh.leases          | node name      | NodeRecord (heartbeat)    | kubelet agents, every 10 s              |
 | schedmesh.pods            | pod uid        | PodRecord                 | queue-manager (submit, delete request,  |

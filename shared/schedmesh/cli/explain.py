@@ -11,8 +11,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, TextIO
 
-from schedmesh.api.load import Manifests, admit_all, load_files, object_uid, refuse_duplicates_across
-from schedmesh.api.runtime_class import admit_runtime_class
+from schedmesh.api.admission import AdmissionObjects, admit_created_pod
+from schedmesh.api.load import AdmissionError, Manifests, admit_all, load_files, object_uid, refuse_duplicates_across
 from schedmesh.api.types import Pod, WorkloadSelector
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState
@@ -173,7 +173,7 @@ def load_profiles(config_path: Optional[str]) -> tuple[list[Profile], int, list]
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", required=True, action="append",
                    help="YAML/JSON with Nodes, bound Pods (spec.nodeName set), PriorityClasses, RuntimeClasses, "
-                        "Namespaces, PDBs, DaemonSets")
+                        "Namespaces, PDBs, DaemonSets, LimitRanges")
     p.add_argument("--pods", required=True, action="append", help="YAML/JSON with the pods to place, in order")
     p.add_argument("--config", help="a KubeSchedulerConfiguration file (default: kube-scheduler's default profile)")
     p.add_argument("--tie-break", choices=("random", "name"), default="random",
@@ -189,14 +189,19 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     # A DaemonSet's pods are placed first: its controller creates them as soon as it exists.
     pending.pods[:0] = daemon_set_pods(cluster, pending)
     classes = cluster.priority_classes + pending.priority_classes
-    admit_all(cluster, classes)
-    admit_all(pending, classes)
-    # Pods are otherwise taken as stored (already admitted): only those naming a RuntimeClass
-    # given here are admitted against it, as the mesh's apply admits them.
+    admit_all(cluster, classes)  # bound pods: Priority only (refuses two global defaults too)
+    # The pods to place are created as the mesh's apply creates them (schedmesh.api.admission),
+    # except that, as kube-scheduler was given the recorded pods, DefaultTolerationSeconds is not
+    # run and RuntimeClass admission only for the pods naming a RuntimeClass given here.
     runtime_classes = {c.name: c for c in cluster.runtime_classes + pending.runtime_classes}
+    objects = AdmissionObjects({c.name: c for c in classes}, runtime_classes,
+                               cluster.limit_ranges + pending.limit_ranges)
     for p in pending.pods:
-        if p.runtime_class_name in runtime_classes:
-            admit_runtime_class(p, runtime_classes)
+        try:
+            admit_created_pod(p, objects, default_tolerations=False,
+                              runtime_class=p.runtime_class_name in runtime_classes)
+        except AdmissionError as e:  # named by the file and document it was read from
+            raise AdmissionError(pending.pod_source(p), e.path, e.reason) from None
     skipped = [s.key for s in cluster.skipped + pending.skipped]
     if skipped:
         print(f"schedmesh explain: ignoring {len(skipped)} object(s) not used for scheduling: "

@@ -723,7 +723,7 @@ def add_delete_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", nargs="?", choices=["pod", "pods", "po", "node", "nodes", "no", "priorityclass",
                                                "priorityclasses", "pc", "runtimeclass", "runtimeclasses", "pdb",
                                                "poddisruptionbudget", "service", "services", "svc", "daemonset",
-                                               "daemonsets", "ds"])
+                                               "daemonsets", "ds", "limitrange", "limitranges", "limits"])
     p.add_argument("name", nargs="*")
     p.add_argument("-n", "--namespace", default="default")
     p.add_argument("-f", "--filename", action="append", metavar="FILE",
@@ -732,7 +732,8 @@ def add_delete_arguments(p: argparse.ArgumentParser) -> None:
 
 _KINDS = {"pods": "pod", "po": "pod", "nodes": "node", "no": "node", "priorityclasses": "priorityclass",
           "pc": "priorityclass", "runtimeclasses": "runtimeclass", "poddisruptionbudget": "pdb", "services": "service",
-          "svc": "service", "daemonsets": "daemonset", "ds": "daemonset"}
+          "svc": "service", "daemonsets": "daemonset", "ds": "daemonset", "limitranges": "limitrange",
+          "limits": "limitrange"}
 
 
 def manifest_objects(files: list[str]) -> tuple[list[tuple[str, str, str]], list[str]]:
@@ -754,6 +755,7 @@ def manifest_objects(files: list[str]) -> tuple[list[tuple[str, str, str]], list
         out += [("node", "", n.name) for n in m.nodes]
         out += [("priorityclass", "", c.name) for c in m.priority_classes]
         out += [("runtimeclass", "", c.name) for c in m.runtime_classes]
+        out += [("limitrange", r.namespace, r.name) for r in m.limit_ranges]
         skipped += [s.line() for s in m.skipped]
     return out, skipped
 
@@ -769,9 +771,9 @@ def run_delete(args: argparse.Namespace) -> int:
         skipped = []
         if not args.kind or not args.name:
             raise MeshError("delete: give KIND NAME... (pod, node, priorityclass, runtimeclass, pdb, service, "
-                            "daemonset) or -f FILE")
+                            "daemonset, limitrange) or -f FILE")
         kind = _KINDS.get(args.kind, args.kind)
-        ns = args.namespace if kind in ("pod", "pdb", "service", "daemonset") else ""
+        ns = args.namespace if kind in ("pod", "pdb", "service", "daemonset", "limitrange") else ""
         targets = [(kind, ns, name) for name in args.name]
     failed = 0
     if targets:  # a manifest of skipped kinds only needs no mesh

@@ -91,3 +91,10 @@ spec:
     rc, client = delete_f(f, monkeypatch)
     assert rc == 0 and client.deleted == [("daemonset", "infra", "logs")]
     assert capsys.readouterr().out == 'daemonset "logs" deleted\n'
+
+
+def test_a_limit_range_is_deleted_by_name_in_its_namespace(tmp_path: Path) -> None:
+    f = tmp_path / "limits.yaml"
+    f.write_text("apiVersion: v1\nkind: LimitRange\nmetadata: {name: defaults, namespace: shop}\n"
+                 "spec: {limits: [{type: Container, max: {cpu: '1'}}]}\n")
+    assert kubectl.manifest_objects([str(f)]) == ([("limitrange", "shop", "defaults")], [])

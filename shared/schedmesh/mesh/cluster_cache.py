@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 from schedmesh.api import convert
 from schedmesh.api.evolve import evolve
-from schedmesh.api.types import (POD_BINDING_AND_STATUS, DaemonSet, Namespace, Node, Pod, PodDisruptionBudget,
+from schedmesh.api.types import (POD_BINDING_AND_STATUS, DaemonSet, LimitRange, Namespace, Node, Pod, PodDisruptionBudget,
                                  PriorityClass, RuntimeClass, WorkloadSelector)
 from schedmesh.plugins.pod_topology_spread import WorkloadSelectors
 # Topic names live in the bus catalogue; re-exported here under the names the mesh uses.
@@ -57,6 +57,7 @@ class ClusterCache:
     # pod controllers' selectors by (kind, namespace, name), for PodTopologySpread's defaults
     workloads: WorkloadSelectors = field(default_factory=WorkloadSelectors)
     daemon_sets: dict[str, DaemonSet] = field(default_factory=dict)  # by namespace/name
+    limit_ranges: dict[str, LimitRange] = field(default_factory=dict)  # by namespace/name
     offsets: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> next offset to read
     lock: threading.RLock = field(default_factory=threading.RLock)
     listeners: list[Listener] = field(default_factory=list)
@@ -117,6 +118,12 @@ class ClusterCache:
                         self.daemon_sets.pop(ds.key, None)
                     else:
                         self.daemon_sets[ds.key] = ds
+                elif rec.HasField("limit_range"):
+                    lr = convert.limit_range_from_proto(rec.limit_range)
+                    if rec.deleted:
+                        self.limit_ranges.pop(lr.key, None)
+                    else:
+                        self.limit_ranges[lr.key] = lr
                 else:
                     self._apply_pdb(rec)
             elif topic == TOPIC_NAMESPACES:

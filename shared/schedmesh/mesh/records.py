@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Sequence, TypeVar
 from schedmesh.api import convert
 from schedmesh.api.evolve import evolve
 from schedmesh.api.load import Manifests
-from schedmesh.api.types import (DaemonSet, Namespace, Node, NodeCondition, Pod, PodCondition,
+from schedmesh.api.types import (DaemonSet, LimitRange, Namespace, Node, NodeCondition, Pod, PodCondition,
                                  PodDisruptionBudget, PriorityClass, RuntimeClass, Taint, WorkloadSelector)
 from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
                                   PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES)
@@ -136,6 +136,19 @@ def daemon_set_record(ds: DaemonSet, deleted: bool = False) -> tuple[str, str, b
         daemon_set=convert.daemon_set_to_proto(ds), deleted=deleted).SerializeToString()
 
 
+LIMIT_RANGE_KEY_PREFIX = "limitrange/"
+
+
+def limit_range_key(r: LimitRange) -> str:
+    return f"{LIMIT_RANGE_KEY_PREFIX}{r.namespace}/{r.name}"
+
+
+def limit_range_record(r: LimitRange, deleted: bool = False) -> tuple[str, str, bytes]:
+    """A v1 LimitRange, on the PDBs' topic (see events.proto)."""
+    return TOPIC_PDBS, limit_range_key(r), events_pb2.PodDisruptionBudgetRecord(
+        limit_range=convert.limit_range_to_proto(r), deleted=deleted).SerializeToString()
+
+
 def namespace_record(ns: Namespace, deleted: bool = False) -> tuple[str, str, bytes]:
     return TOPIC_NAMESPACES, ns.name, events_pb2.NamespaceRecord(
         namespace=convert.namespace_to_proto(ns), deleted=deleted).SerializeToString()
@@ -150,6 +163,7 @@ def manifest_records(m: Manifests, source: str = "") -> list[tuple[str, str, byt
     out += [pdb_record(p) for p in m.pdbs]
     out += [workload_record(w) for w in m.workloads]
     out += [daemon_set_record(d) for d in m.daemon_sets]
+    out += [limit_range_record(r) for r in m.limit_ranges]
     out += node_batch_records(m.nodes, source=source)
     out += pod_batch_records((pod_message(p, source=source) for p in m.pods), source)
     return out

@@ -181,3 +181,22 @@ spec:
     assert list(cache.pdbs) == ["infra/agent"]  # a PDB of the same name is its own object
     _apply(cache, records.daemon_set_record(ds, deleted=True))
     assert cache.daemon_sets == {} and list(cache.pdbs) == ["infra/agent"]
+
+
+def test_limit_ranges_are_kept_beside_the_pdbs_and_dropped_when_deleted():
+    """A LimitRange rides the PDBs' topic (records.limit_range_record) and comes back as read."""
+    from schedmesh.api.load import load_text
+    (lr,) = load_text("""
+apiVersion: v1
+kind: LimitRange
+metadata: {name: defaults, namespace: shop}
+spec:
+  limits:
+  - {type: Container, max: {cpu: "2", memory: 1Gi}, min: {cpu: 100m}}
+  - {type: Pod, maxLimitRequestRatio: {cpu: "4"}}
+""").limit_ranges
+    cache = ClusterCache()
+    _apply(cache, records.limit_range_record(lr))
+    assert cache.limit_ranges == {"shop/defaults": lr} and cache.pdbs == {}
+    _apply(cache, records.limit_range_record(lr, deleted=True))
+    assert cache.limit_ranges == {}

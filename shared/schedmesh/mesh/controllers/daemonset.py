@@ -32,11 +32,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from schedmesh.api.load import AdmissionError, admit_pod, object_uid
-from schedmesh.api.runtime_class import admit_runtime_class
+from schedmesh.api.admission import AdmissionObjects, admit_created_pod
+from schedmesh.api.load import AdmissionError, object_uid
 from schedmesh.api.types import DaemonSet, Pod
 from schedmesh.bus.topics import NODES, PDBS, PODS
-from schedmesh.eviction.taint_eviction import default_toleration_seconds
 from schedmesh.mesh.cluster_cache import ClusterCache, is_terminal
 from schedmesh.mesh.records import deletion_update, pod_batch_records, pod_message
 from schedmesh.v1 import events_pb2
@@ -216,12 +215,14 @@ class DaemonSetController:
         return out
 
     def _admitted(self, pod: Pod) -> Optional[Pod]:
-        """The pod as kube-apiserver's admission leaves it (Priority, DefaultTolerationSeconds,
-        RuntimeClass), or None when refused (kube: a FailedCreate event; retried next sync)."""
+        """The pod as kube-apiserver's admission leaves it (LimitRanger, Priority,
+        DefaultTolerationSeconds, RuntimeClass), or None when refused (kube: a FailedCreate event;
+        retried next sync)."""
+        with self.cache.lock:
+            objects = AdmissionObjects(dict(self.cache.priority_classes), dict(self.cache.runtime_classes),
+                                       list(self.cache.limit_ranges.values()))
         try:
-            admit_pod(pod, self.cache.priority_classes)
-            pod.tolerations = default_toleration_seconds(pod.tolerations)
-            admit_runtime_class(pod, self.cache.runtime_classes, refuse_unknown=False)
+            admit_created_pod(pod, objects, refuse_unknown_runtime_class=False)
         except AdmissionError as e:
             owner = pod.meta.owner_references[0].name
             if (owner, str(e)) not in self._refused:

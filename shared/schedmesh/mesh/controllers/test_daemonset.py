@@ -201,3 +201,25 @@ def test_pods_of_a_daemon_set_deleted_while_the_controller_was_down_are_collecte
     assert created == {} and deleted == [] and marked == made  # bound to live nodes: ended by their kubelets
     assert restarted.sync(T0 + 2 + ORPHAN_GRACE) == []  # marked: not sent again
     assert "uid-recorded" in fed.cache.pods and fed.cache.pods["uid-recorded"].meta.deletion_timestamp is None
+
+
+def test_its_pods_get_the_defaults_of_their_namespaces_limit_ranges():
+    """The controller creates pods through the same admission as Apply: LimitRanger first."""
+    from schedmesh.mesh.records import limit_range_record
+    (lr,) = load_text("""
+apiVersion: v1
+kind: LimitRange
+metadata: {name: defaults, namespace: infra}
+spec:
+  limits:
+  - {type: Container, default: {cpu: 200m, memory: 128Mi}}
+""").limit_ranges
+    fed, dsc = mesh(node("n1"), ds=agent(cpu="100m"))
+    fed.apply([limit_range_record(lr)])
+    changes(fed, dsc.sync(T0))
+    (p,) = fed.cache.pods.values()
+    c = p.containers[0]
+    assert (c.requests["cpu"] * 1000, c.limits["cpu"] * 1000, c.requests["memory"], c.limits["memory"]) == (
+        100, 200, 128 * 2**20, 128 * 2**20)
+    assert p.meta.annotations["kubernetes.io/limit-ranger"] == (
+        "LimitRanger plugin set: memory request for container c; cpu, memory limit for container c")

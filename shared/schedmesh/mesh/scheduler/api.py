@@ -12,9 +12,11 @@ from typing import Optional
 import grpc
 
 from schedmesh.api import convert
+from schedmesh.api.admission import AdmissionObjects, admit_created_pod
+from schedmesh.api.limit_range import keep_admitted_defaults
 from schedmesh.api.load import AdmissionError, ManifestError, Manifests
 from schedmesh.api.runtime_class import admit_runtime_class
-from schedmesh.api.types import DaemonSet, Node, Pod
+from schedmesh.api.types import DaemonSet, LimitRange, Node, Pod
 from schedmesh.api.update import as_applied, merged_pod, pod_changed, pod_update_error
 from schedmesh.bus import EventProducer
 from schedmesh.mesh import records
@@ -48,6 +50,8 @@ def _comparable(obj):
         return convert.node_to_proto(obj).SerializeToString(deterministic=True)
     if isinstance(obj, DaemonSet):
         return convert.daemon_set_to_proto(obj).SerializeToString(deterministic=True)
+    if isinstance(obj, LimitRange):
+        return convert.limit_range_to_proto(obj).SerializeToString(deterministic=True)
     return obj
 
 
@@ -80,8 +84,10 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         pod keeps its binding and status; a change the API server forbids (most of a pod's spec)
         refuses the whole request, nothing applied. Names the API server would refuse are refused
         with --strict-names, else accepted with a warning (recorded scenarios use such names); so
-        are pods naming a RuntimeClass that does not exist, with --strict-admission. Admission runs
-        as kube-apiserver's plugins run, in its order: Priority, DefaultTolerationSeconds, RuntimeClass."""
+        are pods naming a RuntimeClass that does not exist, with --strict-admission. A pod created
+        is admitted as kube-apiserver admits it, its plugins in its order (LimitRanger, Priority,
+        DefaultTolerationSeconds, RuntimeClass: schedmesh.api.admission); a LimitRange applied in
+        the same request applies to all of its pods, wherever it is in the file."""
         qm = self.qm
         try:
             # Off this event loop: reading a large manifest (up to MAX_EXPANDED_NODES nodes, a
@@ -130,6 +136,8 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                 qm.cache.priority_classes[pc.name] = pc
             for rc in plan.publish.runtime_classes:
                 qm.cache.runtime_classes[rc.name] = rc
+            for lr in plan.publish.limit_ranges:  # likewise: a pod applied next is defaulted by it
+                qm.cache.limit_ranges[lr.key] = lr
         await _publish_concurrently(qm.producer, pod_recs)
         for n in plan.publish.nodes:
             qm.applied_nodes[n.name] = n
@@ -162,6 +170,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             live_pdbs = dict(qm.cache.pdbs)
             live_workloads = dict(qm.cache.workloads)
             live_daemon_sets = dict(qm.cache.daemon_sets)
+            live_limit_ranges = dict(qm.cache.limit_ranges)
             # only the manifest's own nodes and pods: copying all 5,000 nodes and every pod made
             # an Apply of 10 pods cost as much as scheduling them
             live_nodes = {}
@@ -191,6 +200,12 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                 continue
             plan.add("runtimeclass.node.k8s.io", rc.name, rc, live, plan.publish.runtime_classes)
         runtime_classes = {**live_rcs, **{rc.name: rc for rc in m.runtime_classes}}
+        for lr in m.limit_ranges:
+            plan.add("limitrange", lr.key, lr, live_limit_ranges.get(lr.key), plan.publish.limit_ranges)
+        admission_objects = AdmissionObjects(
+            priority_classes={**live_pcs, **{pc.name: pc for pc in m.priority_classes}},
+            runtime_classes=runtime_classes,
+            limit_ranges=list({**live_limit_ranges, **{lr.key: lr for lr in m.limit_ranges}}.values()))
         for pdb in m.pdbs:
             live = live_pdbs.get(f"{pdb.meta.namespace}/{pdb.meta.name}")
             if live is not None:  # the disruption controller's status stays
@@ -229,10 +244,19 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             if live is not None and not live.node_name:
                 live = await self._settled(live)  # not while its binding is on its way
             try:
-                plan.warnings += admit_runtime_class(p, runtime_classes, live=live,
-                                                     refuse_unknown=qm.cfg.strict_admission)
+                if live is None:
+                    # Priority and DefaultTolerationSeconds ran already, on every pod of the
+                    # manifest (admission.py); Priority again here, in its place in kube's order,
+                    # changes nothing, and DefaultTolerationSeconds is not run twice.
+                    plan.warnings += admit_created_pod(p, admission_objects, default_tolerations=False,
+                                                       refuse_unknown_runtime_class=qm.cfg.strict_admission)
+                else:  # an update: kube admits no pod update again (LimitRanger, RuntimeClass: create only)
+                    keep_admitted_defaults(p, live)
+                    plan.warnings += admit_runtime_class(p, runtime_classes, live=live,
+                                                         refuse_unknown=qm.cfg.strict_admission)
             except AdmissionError as e:
-                plan.errors.append(str(e))
+                plan.errors.append(f"{m.pod_source(p)}: {e.path}: {e.reason}" if e.path
+                                   else f"{m.pod_source(p)}: {e.reason}")
                 continue
             if live is None:
                 plan.publish.pods.append(p)
@@ -327,9 +351,18 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             with qm.cache.lock:  # applied again next, it is created, even before the record is back
                 qm.cache.daemon_sets.pop(ds.key, None)
             return queue_pb2.DeleteResponse(result=f'daemonset.apps "{name}" deleted')
+        if kind in ("limitrange", "limitranges", "limits"):
+            lr = qm.cache.limit_ranges.get(f"{ns}/{name}")
+            if lr is None:
+                await context.abort(grpc.StatusCode.NOT_FOUND, f'limitranges "{name}" not found in namespace {ns}')
+            await records.publish(qm.producer, [records.limit_range_record(lr, deleted=True)])
+            await self._unstore([records.limit_range_record(lr, deleted=True)])
+            with qm.cache.lock:  # pods applied next are no longer defaulted by it, even before the record is back
+                qm.cache.limit_ranges.pop(lr.key, None)
+            return queue_pb2.DeleteResponse(result=f'limitrange "{name}" deleted')
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"kind must be pod, node, priorityclass, runtimeclass, pdb, service or daemonset, "
-                            f"not {request.kind!r}")
+                            f"kind must be pod, node, priorityclass, runtimeclass, pdb, service, daemonset or "
+                            f"limitrange, not {request.kind!r}")
 
     async def _unstore(self, deletions: list) -> None:
         """A deleted object leaves the local store too (it must not come back at the next `up`)."""

@@ -303,6 +303,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                 recs += [records.pdb_record(p) for p in self.cache.pdbs.values()]
                 recs += [records.workload_record(w) for w in self.cache.workloads.values()]
                 recs += [records.daemon_set_record(d) for d in self.cache.daemon_sets.values()]
+                recs += [records.limit_range_record(r) for r in self.cache.limit_ranges.values()]
                 nodes = []
                 for name, node in self.applied_nodes.items():
                     ni = self.cache.snapshot.get(name)
@@ -362,7 +363,8 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                          records.RUNTIME_CLASS_KEY_PREFIX + n for n in self.cache.runtime_classes},
                      TOPIC_PDBS: set(self.cache.pdbs) | {records.workload_key(w)
                                                          for w in self.cache.workloads.values()} | {
-                         records.daemon_set_key(d) for d in self.cache.daemon_sets.values()},
+                         records.daemon_set_key(d) for d in self.cache.daemon_sets.values()} | {
+                         records.limit_range_key(r) for r in self.cache.limit_ranges.values()},
                      TOPIC_NAMESPACES: set(self.cache.snapshot.namespace_labels),
                      TOPIC_NODES: {ni.node.name for ni in self.cache.snapshot.node_info_list if ni.node is not None}}
         missing = [(t, k, v) for t, k, v in stored if k not in known.get(t, ())]

@@ -381,3 +381,80 @@ def test_a_daemon_set_is_created_configured_unchanged_and_deleted() -> None:
     with pytest.raises(Aborted) as e:
         asyncio.run(s.Delete(queue_pb2.DeleteRequest(kind="ds", namespace="infra", name="agent"), Context()))
     assert e.value.code == grpc.StatusCode.NOT_FOUND
+
+
+LIMIT_RANGE = """
+apiVersion: v1
+kind: LimitRange
+metadata: {{name: defaults, namespace: shop}}
+spec:
+  limits:
+  - {{type: Container, max: {{cpu: "{max}"}}, defaultRequest: {{cpu: 100m}}}}
+"""
+SHOP_POD = """
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: shop}}
+spec:
+  containers: [{{name: app{resources}}}]
+"""
+
+
+def sent_limit_ranges(s: api.SchedulerServicer) -> list[tuple[events_pb2.PodDisruptionBudgetRecord, str]]:
+    return [(rec, key) for topic, key, value in s.qm.producer.sent if topic == records.TOPIC_PDBS
+            for rec in [events_pb2.PodDisruptionBudgetRecord.FromString(value)] if rec.HasField("limit_range")]
+
+
+def published(s: api.SchedulerServicer) -> dict:
+    return {rec.pod.metadata.name: convert.pod_from_proto(rec.pod) for topic, _k, v in s.qm.producer.sent
+            if topic == PODS for rec in records.expand(events_pb2.PodRecord.FromString(v))}
+
+
+def test_a_limit_range_defaults_the_pods_of_its_apply_and_of_later_ones() -> None:
+    """Applied beside pods (even after them in the file), it defaults them; kept by the cache, it
+    defaults the pods of the next Apply; kubectl's lines; re-applying is unchanged, pods included."""
+    s = servicer()
+    manifest = SHOP_POD.format(name="web", resources="") + "---" + LIMIT_RANGE.format(max="1")
+    assert list(apply(s, manifest).applied) == ["limitrange/shop/defaults created", "pod/shop/web created"]
+    ((rec, key),) = sent_limit_ranges(s)
+    assert key == "limitrange/shop/defaults" and rec.limit_range.limits[0].default["cpu"] == "1"
+    web = published(s)["web"]
+    assert web.containers[0].requests["cpu"] * 1000 == 100 and web.containers[0].limits["cpu"] == 1
+    assert web.meta.annotations["kubernetes.io/limit-ranger"] == (
+        "LimitRanger plugin set: cpu request for container app; cpu limit for container app")
+    read_back(s)
+    assert list(apply(s, manifest).applied) == ["limitrange/shop/defaults unchanged", "pod/shop/web unchanged"]
+    apply(s, SHOP_POD.format(name="api", resources=""))
+    assert published(s)["api"].containers[0].limits["cpu"] == 1
+    read_back(s)
+    assert list(apply(s, LIMIT_RANGE.format(max="2")).applied) == ["limitrange/shop/defaults configured"]
+
+
+def test_a_pod_over_the_limit_refuses_the_apply_naming_file_document_and_pod() -> None:
+    s = servicer()
+    manifest = LIMIT_RANGE.format(max="1") + SHOP_POD.format(name="big", resources=", resources: {limits: {cpu: '2'}}")
+    with pytest.raises(Aborted) as e:
+        apply(s, manifest)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details == (
+        "m.yaml: document 2 (Pod big): Pod shop/big: spec.containers[0].resources.limits.cpu: pods \"big\" is "
+        "forbidden: maximum cpu usage per Container is 1, but limit is 2\n(nothing was applied)")
+    assert s.qm.producer.sent == []
+
+
+def test_a_deleted_limit_range_defaults_no_more_pods() -> None:
+    s = servicer()
+    apply(s, LIMIT_RANGE.format(max="1"))
+    read_back(s)
+    gone = asyncio.run(s.Delete(queue_pb2.DeleteRequest(kind="limitrange", namespace="shop", name="defaults"),
+                                Context()))
+    assert gone.result == 'limitrange "defaults" deleted'
+    ((rec, _),) = sent_limit_ranges(s)
+    assert rec.deleted
+    read_back(s)
+    apply(s, SHOP_POD.format(name="free", resources=""))
+    assert published(s)["free"].containers[0].limits == {}
+    with pytest.raises(Aborted) as e:
+        asyncio.run(s.Delete(queue_pb2.DeleteRequest(kind="limits", namespace="shop", name="defaults"), Context()))
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
