@@ -346,8 +346,27 @@ ROLLING_UPDATE = "RollingUpdate"
 ON_DELETE = "OnDelete"
 
 
+class _NamespacedObject:
+    """name, namespace and "namespace/name" of an object with `meta` (a mixin of no state)."""
+
+    __slots__ = ()
+    meta: "ObjectMeta"
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @property
+    def namespace(self) -> str:
+        return self.meta.namespace
+
+    @property
+    def key(self) -> str:
+        return f"{self.meta.namespace}/{self.meta.name}"
+
+
 @dataclass(slots=True, eq=False)
-class DaemonSet:
+class DaemonSet(_NamespacedObject):
     """apps/v1 DaemonSet, as its controller reads it (schedmesh.workloads.daemonset): one pod
     per eligible node, made from `template`. Not expanded when read: which nodes get a pod is the
     cluster's business, decided by the controller (the mesh's controller-manager, or explain
@@ -364,18 +383,6 @@ class DaemonSet:
     template_generation: int = 1
     update_strategy: str = ROLLING_UPDATE  # or ON_DELETE
     max_unavailable: str = "1"  # rollingUpdate.maxUnavailable, an integer or a percentage as written
-
-    @property
-    def name(self) -> str:
-        return self.meta.name
-
-    @property
-    def namespace(self) -> str:
-        return self.meta.namespace
-
-    @property
-    def key(self) -> str:
-        return f"{self.meta.namespace}/{self.meta.name}"
 
 
 # v1 LimitRange item types (core/v1 LimitType).
@@ -399,24 +406,12 @@ class LimitRangeItem:
 
 
 @dataclass(slots=True, frozen=True)
-class LimitRange:
+class LimitRange(_NamespacedObject):
     """v1 LimitRange: what kube-apiserver's LimitRanger admission defaults and enforces on the
     pods created in its namespace (schedmesh.api.limit_range)."""
 
     meta: ObjectMeta
     limits: tuple[LimitRangeItem, ...] = ()
-
-    @property
-    def name(self) -> str:
-        return self.meta.name
-
-    @property
-    def namespace(self) -> str:
-        return self.meta.namespace
-
-    @property
-    def key(self) -> str:
-        return f"{self.meta.namespace}/{self.meta.name}"
 
 
 # Built-in priority classes that every cluster has.
