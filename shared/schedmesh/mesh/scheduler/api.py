@@ -309,60 +309,57 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             await records.publish(qm.producer, [records.node_record(ni.node, deleted=True, source=qm.cfg.client_id)])
             await self._unstore([records.node_record(ni.node, deleted=True, source=qm.cfg.client_id)])
             return queue_pb2.DeleteResponse(result=f'node "{name}" deleted')
+        cache = qm.cache
         if kind in ("priorityclass", "priorityclasses", "pc"):
-            pc = qm.cache.priority_classes.get(name)
-            if pc is None:
-                await context.abort(grpc.StatusCode.NOT_FOUND, f'priorityclasses "{name}" not found')
-            await records.publish(qm.producer, [records.priority_class_record(pc, deleted=True)])
-            await self._unstore([records.priority_class_record(pc, deleted=True)])
-            return queue_pb2.DeleteResponse(result=f'priorityclass "{name}" deleted')
+            return await self._delete_object(
+                context, cache.priority_classes.get(name), records.priority_class_record,
+                f'priorityclasses "{name}" not found', f'priorityclass "{name}" deleted')
         if kind in ("runtimeclass", "runtimeclasses"):
-            rc = qm.cache.runtime_classes.get(name)
-            if rc is None:
-                await context.abort(grpc.StatusCode.NOT_FOUND, f'runtimeclasses.node.k8s.io "{name}" not found')
-            await records.publish(qm.producer, [records.runtime_class_record(rc, deleted=True)])
-            await self._unstore([records.runtime_class_record(rc, deleted=True)])
-            with qm.cache.lock:  # pods applied next must not find it, even before the record is back
-                qm.cache.runtime_classes.pop(name, None)
-            return queue_pb2.DeleteResponse(result=f'runtimeclass.node.k8s.io "{name}" deleted')
+            # pods applied next must not find it, even before the record is back
+            return await self._delete_object(
+                context, cache.runtime_classes.get(name), records.runtime_class_record,
+                f'runtimeclasses.node.k8s.io "{name}" not found', f'runtimeclass.node.k8s.io "{name}" deleted',
+                forget=lambda rc: cache.runtime_classes.pop(rc.name, None))
         if kind in ("pdb", "pdbs", "poddisruptionbudget"):
-            pdb = qm.cache.pdbs.get(f"{ns}/{name}")
-            if pdb is None:
-                await context.abort(grpc.StatusCode.NOT_FOUND, f'poddisruptionbudgets "{name}" not found in namespace {ns}')
-            await records.publish(qm.producer, [records.pdb_record(pdb, deleted=True)])
-            await self._unstore([records.pdb_record(pdb, deleted=True)])
-            return queue_pb2.DeleteResponse(result=f'poddisruptionbudget "{name}" deleted')
+            return await self._delete_object(
+                context, cache.pdbs.get(f"{ns}/{name}"), records.pdb_record,
+                f'poddisruptionbudgets "{name}" not found in namespace {ns}', f'poddisruptionbudget "{name}" deleted')
         if kind in ("service", "services", "svc"):
-            svc = qm.cache.workloads.get(("Service", ns, name))
-            if svc is None:
-                await context.abort(grpc.StatusCode.NOT_FOUND, f'services "{name}" not found in namespace {ns}')
-            await records.publish(qm.producer, [records.workload_record(svc, deleted=True)])
-            await self._unstore([records.workload_record(svc, deleted=True)])
-            with qm.cache.lock:  # pods placed next must not be spread by it, even before the record is back
-                qm.cache.workloads.pop(svc.key, None)
-            return queue_pb2.DeleteResponse(result=f'service "{name}" deleted')
+            # pods placed next must not be spread by it, even before the record is back
+            return await self._delete_object(
+                context, cache.workloads.get(("Service", ns, name)), records.workload_record,
+                f'services "{name}" not found in namespace {ns}', f'service "{name}" deleted',
+                forget=lambda svc: cache.workloads.pop(svc.key, None))
         if kind in ("daemonset", "daemonsets", "ds"):
-            ds = qm.cache.daemon_sets.get(f"{ns}/{name}")
-            if ds is None:
-                await context.abort(grpc.StatusCode.NOT_FOUND, f'daemonsets.apps "{name}" not found in namespace {ns}')
-            # The controller-manager's DaemonSet controller then deletes its pods (the garbage collector's part).
-            await records.publish(qm.producer, [records.daemon_set_record(ds, deleted=True)])
-            await self._unstore([records.daemon_set_record(ds, deleted=True)])
-            with qm.cache.lock:  # applied again next, it is created, even before the record is back
-                qm.cache.daemon_sets.pop(ds.key, None)
-            return queue_pb2.DeleteResponse(result=f'daemonset.apps "{name}" deleted')
+            # The controller-manager's DaemonSet controller then deletes its pods (the garbage
+            # collector's part); applied again next, it is created, even before the record is back.
+            return await self._delete_object(
+                context, cache.daemon_sets.get(f"{ns}/{name}"), records.daemon_set_record,
+                f'daemonsets.apps "{name}" not found in namespace {ns}', f'daemonset.apps "{name}" deleted',
+                forget=lambda ds: cache.daemon_sets.pop(ds.key, None))
         if kind in ("limitrange", "limitranges", "limits"):
-            lr = qm.cache.limit_ranges.get(f"{ns}/{name}")
-            if lr is None:
-                await context.abort(grpc.StatusCode.NOT_FOUND, f'limitranges "{name}" not found in namespace {ns}')
-            await records.publish(qm.producer, [records.limit_range_record(lr, deleted=True)])
-            await self._unstore([records.limit_range_record(lr, deleted=True)])
-            with qm.cache.lock:  # pods applied next are no longer defaulted by it, even before the record is back
-                qm.cache.limit_ranges.pop(lr.key, None)
-            return queue_pb2.DeleteResponse(result=f'limitrange "{name}" deleted')
+            # pods applied next are no longer defaulted by it, even before the record is back
+            return await self._delete_object(
+                context, cache.limit_ranges.get(f"{ns}/{name}"), records.limit_range_record,
+                f'limitranges "{name}" not found in namespace {ns}', f'limitrange "{name}" deleted',
+                forget=lambda lr: cache.limit_ranges.pop(lr.key, None))
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                             f"kind must be pod, node, priorityclass, runtimeclass, pdb, service, daemonset or "
                             f"limitrange, not {request.kind!r}")
+
+    async def _delete_object(self, context, obj, record, not_found: str, deleted: str, forget=None):
+        """Delete a kept object: NOT_FOUND when absent, else its tombstone published and journalled,
+        `forget(obj)` applied to this cache at once (read-your-writes), and kubectl's line."""
+        qm = self.qm
+        if obj is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, not_found)
+        tombstone = record(obj, deleted=True)
+        await records.publish(qm.producer, [tombstone])
+        await self._unstore([tombstone])
+        if forget is not None:
+            with qm.cache.lock:
+                forget(obj)
+        return queue_pb2.DeleteResponse(result=deleted)
 
     async def _unstore(self, deletions: list) -> None:
         """A deleted object leaves the local store too (it must not come back at the next `up`)."""
