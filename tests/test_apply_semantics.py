@@ -140,6 +140,7 @@ def test_created_then_unchanged_and_bound_pods_stay_bound(target) -> None:
 @pytest.mark.timeout(120)
 def test_label_and_image_changes_are_configured_and_keep_the_binding(target) -> None:
     bootstrap, t = target
+    apply(t, NODES)  # created here when this test runs alone, unchanged after the first test
     apply(t, pod("cfg-0"))
     node = wait_bound(t, {"cfg-0"})["cfg-0"]
     out = apply(t, pod("cfg-0", image="nginx:1.27", labels="{app: web, tier: front}"))
@@ -162,6 +163,7 @@ def test_label_and_image_changes_are_configured_and_keep_the_binding(target) -> 
 @pytest.mark.timeout(120)
 def test_immutable_change_is_refused_as_the_api_server_does_and_nothing_is_applied(target) -> None:
     _, t = target
+    apply(t, NODES)  # created here when this test runs alone, unchanged after the first test
     apply(t, pod("imm-0"))
     node = wait_bound(t, {"imm-0"})["imm-0"]
     with pytest.raises(grpc.RpcError) as e:
