@@ -110,6 +110,11 @@ def pdb_status_record(pdb: PodDisruptionBudget) -> tuple[str, str, bytes]:
         pdb=convert.pdb_to_proto(pdb), status_only=True).SerializeToString()
 
 
+def _riding_pdbs(key: str, deleted: bool, **obj) -> tuple[str, str, bytes]:
+    """An object that rides the PDBs' topic under its own key prefix (see events.proto)."""
+    return TOPIC_PDBS, key, events_pb2.PodDisruptionBudgetRecord(deleted=deleted, **obj).SerializeToString()
+
+
 WORKLOAD_KEY_PREFIX = "workload/"
 
 
@@ -119,8 +124,7 @@ def workload_key(w: WorkloadSelector) -> str:
 
 def workload_record(w: WorkloadSelector, deleted: bool = False) -> tuple[str, str, bytes]:
     """A pod controller's selector, on the PDBs' topic (see events.proto)."""
-    return TOPIC_PDBS, workload_key(w), events_pb2.PodDisruptionBudgetRecord(
-        workload=convert.workload_to_proto(w), deleted=deleted).SerializeToString()
+    return _riding_pdbs(workload_key(w), deleted, workload=convert.workload_to_proto(w))
 
 
 DAEMON_SET_KEY_PREFIX = "daemonset/"
@@ -132,8 +136,7 @@ def daemon_set_key(ds: DaemonSet) -> str:
 
 def daemon_set_record(ds: DaemonSet, deleted: bool = False) -> tuple[str, str, bytes]:
     """An apps/v1 DaemonSet, on the PDBs' topic (see events.proto)."""
-    return TOPIC_PDBS, daemon_set_key(ds), events_pb2.PodDisruptionBudgetRecord(
-        daemon_set=convert.daemon_set_to_proto(ds), deleted=deleted).SerializeToString()
+    return _riding_pdbs(daemon_set_key(ds), deleted, daemon_set=convert.daemon_set_to_proto(ds))
 
 
 LIMIT_RANGE_KEY_PREFIX = "limitrange/"
@@ -145,8 +148,7 @@ def limit_range_key(r: LimitRange) -> str:
 
 def limit_range_record(r: LimitRange, deleted: bool = False) -> tuple[str, str, bytes]:
     """A v1 LimitRange, on the PDBs' topic (see events.proto)."""
-    return TOPIC_PDBS, limit_range_key(r), events_pb2.PodDisruptionBudgetRecord(
-        limit_range=convert.limit_range_to_proto(r), deleted=deleted).SerializeToString()
+    return _riding_pdbs(limit_range_key(r), deleted, limit_range=convert.limit_range_to_proto(r))
 
 
 def namespace_record(ns: Namespace, deleted: bool = False) -> tuple[str, str, bytes]:
