@@ -13,7 +13,7 @@ from schedmesh.api.types import (Affinity, Container, ContainerImage, ContainerP
                                  ObjectMeta, OwnerReference, Pod, PodAffinity, PodAffinityTerm, PodCondition,
                                  PodDisruptionBudget, PreferredSchedulingTerm, PriorityClass, ResourceList,
                                  RuntimeClass, RuntimeClassScheduling, Taint, Toleration, TopologySpreadConstraint,
-                                 WeightedPodAffinityTerm, WorkloadSelector)
+                                 WeightedPodAffinityTerm, WorkloadSelector, WorkloadSpec)
 from schedmesh.v1 import objects_pb2 as pb
 
 
@@ -357,11 +357,39 @@ def workload_to_proto(w: WorkloadSelector) -> pb.WorkloadSelector:
     out = pb.WorkloadSelector(kind=w.kind, namespace=w.namespace, name=w.name)
     if w.selector is not None:
         selector_to(w.selector, out.selector)
+    if w.spec is not None:
+        _workload_spec_to(w.spec, out.spec)
     return out
 
 
 def workload_from_proto(m: pb.WorkloadSelector) -> WorkloadSelector:
-    return WorkloadSelector(m.kind, m.namespace, m.name, selector_from(m.selector, m.HasField("selector")))
+    return WorkloadSelector(m.kind, m.namespace, m.name, selector_from(m.selector, m.HasField("selector")),
+                            _workload_spec_from(m.spec) if m.HasField("spec") else None)
+
+
+def _workload_spec_to(s: WorkloadSpec, out: pb.WorkloadSpec) -> None:
+    pod_to_proto(s.template, out.template)
+    if s.template.priority is not None:
+        out.template_priority = s.template.priority
+    out.template_hash, out.replicas, out.deployment = s.template_hash, s.replicas, s.deployment
+    out.pod_management_policy, out.backoff_limit, out.completion_mode = (s.pod_management_policy, s.backoff_limit,
+                                                                          s.completion_mode)
+    if s.completions is not None:
+        out.completions = s.completions
+    out.suspend, out.pod_replacement_policy = s.suspend, s.pod_replacement_policy
+    out.created_pods.extend(s.created_pods)
+    out.created_at = s.created_at
+
+
+def _workload_spec_from(m: pb.WorkloadSpec) -> WorkloadSpec:
+    template = evolve(pod_from_proto(m.template),
+                      priority=m.template_priority if m.HasField("template_priority") else None)
+    return WorkloadSpec(template=template, template_hash=m.template_hash, replicas=m.replicas,
+                        deployment=m.deployment, pod_management_policy=m.pod_management_policy,
+                        completions=m.completions if m.HasField("completions") else None,
+                        backoff_limit=m.backoff_limit, completion_mode=m.completion_mode, suspend=m.suspend,
+                        pod_replacement_policy=m.pod_replacement_policy, created_pods=tuple(m.created_pods),
+                        created_at=m.created_at)
 
 
 def namespace_to_proto(n: Namespace) -> pb.Namespace:

@@ -41,15 +41,17 @@ from schedmesh.api.limit_range import LimitRangeInvalid, canonical_quantities, d
 from schedmesh.api.quantity import QuantityError, parse_quantity
 from schedmesh.api.resources import (aggregate_container_requests, is_hugepage_resource_name,
                                      is_supported_pod_level_resource)
-from schedmesh.api.types import (DEFAULT_NAMESPACE, NO_EXECUTE, NO_SCHEDULE, ON_DELETE, PREEMPT_LOWER_PRIORITY,
-                                 PREEMPT_NEVER, PREFER_NO_SCHEDULE, ROLLING_UPDATE, SYSTEM_PRIORITY_CLASSES,
+from schedmesh.api.types import (DEFAULT_BACKOFF_LIMIT, DEFAULT_NAMESPACE, INDEXED, NO_EXECUTE, NO_SCHEDULE,
+                                 NON_INDEXED, ON_DELETE, ORDERED_READY, PARALLEL, PREEMPT_LOWER_PRIORITY,
+                                 PREEMPT_NEVER, PREFER_NO_SCHEDULE, REPLACE_FAILED, ROLLING_UPDATE,
+                                 SYSTEM_PRIORITY_CLASSES, TERMINATING_OR_FAILED,
                                  Affinity, Container, ContainerImage, ContainerPort, DaemonSet, LimitRange,
                                  LimitRangeItem, Namespace, Node,
                                  NodeAffinity, NodeCondition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
                                  ObjectMeta, OwnerReference, Pod, PodAffinity, PodAffinityTerm,
                                  PodCondition, PodDisruptionBudget, PreferredSchedulingTerm, PriorityClass,
                                  ResourceList, RuntimeClass, RuntimeClassScheduling, Taint, Toleration,
-                                 TopologySpreadConstraint, WeightedPodAffinityTerm, WorkloadSelector)
+                                 TopologySpreadConstraint, WeightedPodAffinityTerm, WorkloadSelector, WorkloadSpec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,7 +96,8 @@ class Manifests:
     namespaces: list[Namespace] = field(default_factory=list)
     scheduler_configs: list[dict] = field(default_factory=list)
     runtime_classes: list[RuntimeClass] = field(default_factory=list)
-    # The pod controllers the workloads expanded here stand for (their selectors).
+    # The pod controllers the workloads expanded here stand for (their selectors and what their
+    # controllers keep), and the Services applied (selectors only).
     workloads: list[WorkloadSelector] = field(default_factory=list)
     # Objects of kinds scheduling never reads: named in apply's output, never published.
     skipped: list["SkippedObject"] = field(default_factory=list)
@@ -1256,8 +1259,14 @@ def pod_name_candidates(controller: str, seed: str) -> Iterator[str]:
     """The names a controller's pods are generated with, "<controller>-<5 characters>" (getPodsPrefix
     and SimpleNameGenerator), endlessly: drawn from kube's alphabet by a generator seeded with
     `seed`, so the same seed gives the same names in the same order. The caller skips taken ones."""
+    return generated_names(_pods_prefix(controller), seed)
+
+
+def generated_names(prefix: str, seed: str) -> Iterator[str]:
+    """SimpleNameGenerator over a generateName `prefix` (cut to 58 characters), endlessly, drawn
+    as pod_name_candidates draws them."""
     rng = random.Random(hashlib.sha256(seed.encode("utf-8", "surrogatepass")).digest())
-    base = _pods_prefix(controller)[:_MAX_GENERATED_BASE]
+    base = prefix[:_MAX_GENERATED_BASE]
     while True:
         yield base + "".join(rng.choice(_ALPHANUMS) for _ in range(5))
 
@@ -1286,6 +1295,12 @@ class _Replicas:
     # ReplicationControllers do, Jobs do not): only then is a WorkloadSelector kept for it.
     spreads_by_default: bool = True
     indexed: bool = False              # an Indexed Job: each pod carries its completion index
+    replicas: Optional[int] = None     # the pods its controller keeps, when not `count` (a Job's parallelism)
+    # a Job's: spec.completions, backoffLimit, suspend and podReplacementPolicy, defaulted
+    completions: Optional[int] = None
+    backoff_limit: int = DEFAULT_BACKOFF_LIMIT
+    suspend: bool = False
+    pod_replacement_policy: str = TERMINATING_OR_FAILED
 
 
 def _nonnegative(doc: _Doc, d: Any, path: str, default: Optional[int]) -> Optional[int]:
@@ -1429,11 +1444,38 @@ def _job_replicas(doc: _Doc, meta: ObjectMeta, spec: dict) -> _Replicas:
         labels, selector = _job_generated_selector(doc, meta, labels, selector)
     _selects_template(doc, selector, labels)
     _job_restart_policy(doc, template, spec)
+    backoff_limit = _nonnegative(doc, spec.get("backoffLimit"), "spec.backoffLimit", DEFAULT_BACKOFF_LIMIT)
     return _Replicas(count, count_path, template, labels, "batch/v1", selector, spreads_by_default=False,
-                     indexed=indexed)
+                     indexed=indexed, replicas=parallelism, completions=completions, backoff_limit=backoff_limit,
+                     suspend=suspended, pod_replacement_policy=_job_pod_replacement_policy(doc, spec))
 
 
-def _indexed_pods_prefix(job: str, index: int) -> str:
+def _job_pod_replacement_policy(doc: _Doc, spec: dict) -> str:
+    """spec.podReplacementPolicy, defaulted as batch/v1 does (Failed with a podFailurePolicy, else
+    TerminatingOrFailed) and validated as ValidateJob does."""
+    path = "spec.podReplacementPolicy"
+    with_failure_policy = spec.get("podFailurePolicy") is not None
+    policy = doc.str_(spec.get(path.split(".")[1]), path)
+    if not policy:
+        return REPLACE_FAILED if with_failure_policy else TERMINATING_OR_FAILED
+    supported = (REPLACE_FAILED,) if with_failure_policy else (REPLACE_FAILED, TERMINATING_OR_FAILED)
+    if policy not in supported:
+        raise doc.fail(path, f"Unsupported value: {_quote(policy)}: supported values: "
+                             + ", ".join(f'"{v}"' for v in supported))
+    return policy
+
+
+def _pod_management_policy(doc: _Doc, spec: dict) -> str:
+    """A StatefulSet's spec.podManagementPolicy, defaulted (OrderedReady) and validated."""
+    path = "spec.podManagementPolicy"
+    policy = doc.str_(spec.get("podManagementPolicy"), path) or ORDERED_READY
+    if policy not in (ORDERED_READY, PARALLEL):
+        raise doc.fail(path, f'Unsupported value: {_quote(policy)}: supported values: "{ORDERED_READY}", '
+                             f'"{PARALLEL}"')
+    return policy
+
+
+def indexed_pods_prefix(job: str, index: int) -> str:
     """The job controller's podGenerateNameWithIndex: "<job>-<index>-", the Job's name cut so
     the index stays within a generated name's prefix."""
     suffix = f"-{index}-"
@@ -1450,12 +1492,13 @@ _REPLICA_READERS: dict[str, Callable[[_Doc, ObjectMeta, dict], _Replicas]] = {
 }
 
 
-def expand_workload(doc: _Doc, d: dict) -> tuple[list[Pod], Optional[WorkloadSelector]]:
+def expand_workload(doc: _Doc, d: dict) -> tuple[list[Pod], WorkloadSelector]:
     """apps/v1 Deployment, ReplicaSet or StatefulSet, v1 ReplicationController or batch/v1 Job ->
-    the pods its controller creates at once and the selector of their controller, when
-    PodTopologySpread's default constraints read that kind's (a Deployment's ReplicaSet selects
-    its pods by the Deployment's selector and their pod-template-hash, as kube's deployment
-    controller makes it; a Job's selector is never read: None). Pods are named as their
+    the pods its controller creates at once and their controller's record: its selector (a
+    Deployment's ReplicaSet selects its pods by the Deployment's selector and their
+    pod-template-hash, as kube's deployment controller makes it; PodTopologySpread never reads a
+    Job's) and the WorkloadSpec its controller keeps the pods by (the template as these pods were
+    made from it, the replicas, the kind's settings, these pods' names). Pods are named as their
     controllers name them: a Deployment's pods "<deployment>-<pod-template-hash>-<5 characters>"
     (its ReplicaSet is "<deployment>-<pod-template-hash>"), a ReplicaSet's, a
     ReplicationController's and a Job's "<name>-<5 characters>", an Indexed Job's
@@ -1469,6 +1512,7 @@ def expand_workload(doc: _Doc, d: dict) -> tuple[list[Pod], Optional[WorkloadSel
     req.define(doc, kind, ns, meta.name)
     spec = doc.obj(d.get("spec"), "spec")
     replicas = _REPLICA_READERS[kind](doc, meta, spec)
+    pod_management_policy = _pod_management_policy(doc, spec) if kind == "StatefulSet" else ORDERED_READY
     template, count = replicas.template, replicas.count
     tmeta = doc.obj(template.get("metadata"), "spec.template.metadata")
     try:
@@ -1498,6 +1542,7 @@ def expand_workload(doc: _Doc, d: dict) -> tuple[list[Pod], Optional[WorkloadSel
     owner_ref = {"kind": owner_kind, "name": owner, "controller": True, "apiVersion": replicas.owner_api_version,
                  "uid": object_uid(owner_kind, ns, owner)}
     pods = []
+    first: Optional[Pod] = None
     for i in range(max(count, 1)):  # with no pod to make the template is still validated
         pm = dict(tmeta)
         pod_labels = labels
@@ -1508,7 +1553,7 @@ def expand_workload(doc: _Doc, d: dict) -> tuple[list[Pod], Optional[WorkloadSel
                 raise doc.fail("metadata.name",
                                f"the pod name {_quote(name)} made from it is invalid: {'; '.join(errs)}")
         elif replicas.indexed:
-            name = req.generate_name(doc, "Pod", ns, _indexed_pods_prefix(meta.name, i), draw)
+            name = req.generate_name(doc, "Pod", ns, indexed_pods_prefix(meta.name, i), draw)
             # the job controller's addCompletionIndexAnnotation and addCompletionIndexLabel
             pod_labels = {**labels, JOB_COMPLETION_INDEX: str(i)}
             pm["annotations"] = {**annotations, JOB_COMPLETION_INDEX: str(i)}
@@ -1520,12 +1565,24 @@ def expand_workload(doc: _Doc, d: dict) -> tuple[list[Pod], Optional[WorkloadSel
             pod = parse_pod(_Doc(f"{doc.where} (replica {i})", req), {"metadata": pm, "spec": template.get("spec")})
         except ManifestError as e:
             raise doc.fail(f"spec.template.{e.path}" if e.path else "spec.template", e.reason) from None
+        first = first or pod
         if count:
             req.define(doc, "Pod", ns, name, f"{doc.where}, which generates it",
                        made_here=f", which this {kind} generates,")
             pods.append(pod)
-    workload = WorkloadSelector(owner_kind, ns, owner, owner_selector) if replicas.spreads_by_default else None
-    return pods, workload
+    assert first is not None
+    # The replicas' template: a replica without its name, uid and completion index.
+    template_meta = ObjectMeta(name=owner, namespace=ns, uid="", labels=dict(labels),
+                               annotations=dict(annotations if replicas.indexed else first.meta.annotations),
+                               owner_references=list(first.meta.owner_references))
+    workload_spec = WorkloadSpec(
+        template=evolve(first, meta=template_meta), template_hash=template_hash,
+        replicas=count if replicas.replicas is None else replicas.replicas,
+        deployment=meta.name if kind == "Deployment" else "", pod_management_policy=pod_management_policy,
+        completions=replicas.completions, backoff_limit=replicas.backoff_limit,
+        completion_mode=INDEXED if replicas.indexed else NON_INDEXED, suspend=replicas.suspend,
+        pod_replacement_policy=replicas.pod_replacement_policy, created_pods=tuple(p.name for p in pods))
+    return pods, WorkloadSelector(owner_kind, ns, owner, owner_selector, workload_spec)
 
 
 # The API server's spec.templateGeneration, carried in apps/v1 by this annotation.

@@ -107,10 +107,10 @@ def test_a_job_expands_to_the_pods_its_controller_creates_at_once(spec: str, pod
 
 def test_a_job_s_pods_are_labelled_named_and_owned_as_kube_makes_them() -> None:
     """The Job API's generated labels (name and uid, prefixed and legacy), an owner reference to
-    the Job (batch/v1, controller), "<job>-<5 characters>"; no WorkloadSelector, as kube's
-    DefaultSelector never reads a Job."""
+    the Job (batch/v1, controller), "<job>-<5 characters>"; its record is of kind Job, which
+    PodTopologySpread's sources never read (kube's DefaultSelector ignores Jobs), for its controller."""
     m = load_text(job("  parallelism: 2\n", template_meta="{labels: {app: work}, annotations: {note: x}}"))
-    assert len(m.pods) == 2 and m.workloads == []
+    assert len(m.pods) == 2 and [(w.kind, w.name) for w in m.workloads] == [("Job", "work")]
     uid = m.pods[0].meta.owner_references[0].uid
     for p in m.pods:
         assert re.fullmatch(f"work-{GENERATED}", p.name), p.name
@@ -326,7 +326,7 @@ spec:
     spec: {restartPolicy: OnFailure, containers: [{name: c}]}
 """)
     assert len(m.pods) == 3
-    assert [w.kind for w in m.workloads] == ["ReplicaSet", "Service"]
+    assert [w.kind for w in m.workloads] == ["ReplicaSet", "Service", "Job"]
     assert [s.key for s in m.skipped] == ["serviceaccount/shop/app", "secret/shop/creds",
                                           "rolebinding.rbac.authorization.k8s.io/shop/app",
                                           "ingress.networking.k8s.io/shop/web"]
@@ -415,3 +415,75 @@ def test_a_daemon_set_defined_twice_is_refused() -> None:
     with pytest.raises(ManifestError, match="DaemonSet infra/agent is also defined in --cluster"):
         text = daemon_set(DS_SELECTOR + DS_TEMPLATE)
         refuse_duplicates_across(load_text(text), "--cluster a.yaml", load_text(text), "--pods b.yaml")
+
+
+# ---- what each workload's controller keeps (WorkloadSpec) ---------------------------------------
+
+def test_each_workload_s_record_carries_what_its_controller_keeps() -> None:
+    """The record of a workload's controller holds the pods' template as the expansion made them
+    (labels with a Deployment's pod-template-hash, the controller reference; no name, no uid), the
+    replicas, the names of the pods expanded, and the kind's settings, defaulted as the API
+    server defaults them; it survives the trip through protobuf."""
+    from schedmesh.api import convert
+    from schedmesh.api.types import INDEXED, PARALLEL, REPLACE_FAILED, TERMINATING_OR_FAILED
+    m = load_text("""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}, annotations: {note: x}}
+    spec: {priority: 5, containers: [{name: c, image: nginx}]}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: shop}
+spec:
+  replicas: 2
+  podManagementPolicy: Parallel
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: c}]}
+""" + "---\n" + job("  parallelism: 2\n  completions: 3\n  completionMode: Indexed\n  backoffLimit: 2\n")
+                  + "---\n" + job("  podFailurePolicy: {rules: []}\n", name="other"))
+    rs, ss, indexed, other = m.workloads
+    deployment_pods = [p for p in m.pods if p.name.startswith("web-")]
+    assert rs.spec.deployment == "web" and rs.name == f"web-{rs.spec.template_hash}"
+    assert rs.spec.replicas == 3 and rs.spec.created_pods == tuple(p.name for p in deployment_pods)
+    t = rs.spec.template
+    assert (t.name, t.uid, t.priority, t.containers[0].image) == (rs.name, "", 5, "nginx")
+    assert t.labels == {"app": "web", "pod-template-hash": rs.spec.template_hash} == deployment_pods[0].labels
+    assert t.meta.annotations == {"note": "x"}
+    assert [(r.kind, r.name, r.uid) for r in t.meta.owner_references] == [
+        ("ReplicaSet", rs.name, deployment_pods[0].meta.owner_references[0].uid)]
+    assert (ss.kind, ss.spec.pod_management_policy, ss.spec.created_pods) == ("StatefulSet", PARALLEL,
+                                                                              ("db-0", "db-1"))
+    assert (indexed.spec.replicas, indexed.spec.completions, indexed.spec.backoff_limit,
+            indexed.spec.completion_mode, indexed.spec.pod_replacement_policy) == (
+        2, 3, 2, INDEXED, TERMINATING_OR_FAILED)
+    assert JOB_COMPLETION_INDEX not in indexed.spec.template.labels  # each pod gets its own
+    assert (other.spec.backoff_limit, other.spec.completions, other.spec.pod_replacement_policy) == (
+        6, None, REPLACE_FAILED)
+    for w in m.workloads:
+        back = convert.workload_from_proto(type(convert.workload_to_proto(w)).FromString(
+            convert.workload_to_proto(w).SerializeToString()))
+        assert back == w and back.spec.template.priority == w.spec.template.priority
+
+
+@pytest.mark.parametrize("text, path, reason", [
+    ("apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db}\nspec:\n  podManagementPolicy: Burst\n"
+     "  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n"
+     "    spec: {containers: [{name: c}]}\n", "spec.podManagementPolicy",
+     'Unsupported value: "Burst": supported values: "OrderedReady", "Parallel"'),
+    (job("  backoffLimit: -1\n"), "spec.backoffLimit", "Invalid value: -1: must be greater than or equal to 0"),
+    (job("  podReplacementPolicy: Sometimes\n"), "spec.podReplacementPolicy",
+     'Unsupported value: "Sometimes": supported values: "Failed", "TerminatingOrFailed"'),
+    (job("  podFailurePolicy: {rules: []}\n  podReplacementPolicy: TerminatingOrFailed\n"),
+     "spec.podReplacementPolicy", 'Unsupported value: "TerminatingOrFailed": supported values: "Failed"'),
+], ids=["pod management policy", "negative backoff limit", "replacement policy", "replacement with failure policy"])
+def test_controller_settings_are_validated(text: str, path: str, reason: str) -> None:
+    e = refusal(text)
+    assert (e.path, e.reason) == (path, reason)

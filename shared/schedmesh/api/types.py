@@ -321,20 +321,65 @@ class Namespace:
     labels: dict[str, str] = field(default_factory=dict)
 
 
+# apps/v1 StatefulSet's podManagementPolicy, batch/v1 Job's completionMode and podReplacementPolicy.
+ORDERED_READY = "OrderedReady"
+PARALLEL = "Parallel"
+NON_INDEXED = "NonIndexed"
+INDEXED = "Indexed"
+TERMINATING_OR_FAILED = "TerminatingOrFailed"
+REPLACE_FAILED = "Failed"
+DEFAULT_BACKOFF_LIMIT = 6  # batch/v1's default spec.backoffLimit
+
+
+@dataclass(slots=True, eq=False)
+class WorkloadSpec:
+    """What the pod controller of a workload applied keeps (schedmesh.workloads; the
+    controller-manager's workload controller): `replicas` pods made from `template`, and the
+    settings of its kind. Equal when everything but the template's identity is."""
+
+    # A replica as Apply expands it, named after its controller, no uid: labels (a Deployment's
+    # pods' pod-template-hash among them), annotations, the controller reference, the spec; not
+    # admitted (each pod made from it is, as it is created).
+    template: Pod
+    template_hash: str
+    replicas: int  # spec.replicas; a Job's spec.parallelism
+    deployment: str = ""  # the Deployment this ReplicaSet stands for ("" for none)
+    pod_management_policy: str = ORDERED_READY  # StatefulSet
+    completions: Optional[int] = None  # Job: None is nil (any success completes it)
+    backoff_limit: int = DEFAULT_BACKOFF_LIMIT  # Job
+    completion_mode: str = NON_INDEXED  # Job
+    suspend: bool = False  # Job
+    pod_replacement_policy: str = TERMINATING_OR_FAILED  # Job
+    # The pods the Apply that created the workload made, by name, and when it ran: a controller
+    # that sees the workload before them expects them instead of making others.
+    created_pods: tuple[str, ...] = ()
+    created_at: float = 0.0
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WorkloadSpec):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in _WORKLOAD_SPEC_FIELDS) and same_template(
+            self.template, other.template)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+
 @dataclass(slots=True, frozen=True)
 class WorkloadSelector:
     """A pod controller's or a Service's kind, namespace, name and spec.selector: what
     PodTopologySpread's default constraints read of it (kube's helper.DefaultSelector). Made
-    when a Deployment, ReplicaSet, StatefulSet or ReplicationController is expanded into its
-    pods (a Deployment's is that of the ReplicaSet its pods belong to) and when a Service is
-    applied. A Job has none: DefaultSelector never reads a Job's selector."""
+    when a Deployment, ReplicaSet, StatefulSet, ReplicationController or Job is expanded into its
+    pods (a Deployment's is that of the ReplicaSet its pods belong to), with the `spec` its
+    controller keeps the pods by, and when a Service is applied (no spec). DefaultSelector never
+    reads a Job's selector (PodTopologySpread's sources look up the other kinds only)."""
 
-    # "ReplicaSet", "StatefulSet", "ReplicationController" or "Service" (the last two: their
-    # spec.selector, labels only)
+    # "ReplicaSet", "StatefulSet", "ReplicationController", "Job" or "Service" (RC and Service:
+    # their spec.selector, labels only)
     kind: str
     namespace: str
     name: str
     selector: Optional[LabelSelector]  # None: a nil selector (selects nothing)
+    spec: Optional[WorkloadSpec] = field(default=None, hash=False)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -457,6 +502,9 @@ def same_template(a: Pod, b: Pod) -> bool:
     """Whether two pods differ in their identity only (name, uid, resource version, creation
     time): replicas of one template."""
     return a is b or _equal_but(a, b, _TEMPLATE_POD_FIELDS, _TEMPLATE_META_FIELDS)
+
+
+_WORKLOAD_SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(WorkloadSpec) if f.name != "template")
 
 
 def same_but_status(a: Pod, b: Pod) -> bool:
