@@ -1,4 +1,5 @@
-"""schedmesh controller-manager: PDB status, node lifecycle, taint eviction, DaemonSets, the Eviction API."""
+"""schedmesh controller-manager: PDB status, node lifecycle, taint eviction, DaemonSets, the replicas of
+ReplicaSets, ReplicationControllers, StatefulSets and Jobs, the Eviction API."""
 from __future__ import annotations
 
 import argparse

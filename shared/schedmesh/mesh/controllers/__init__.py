@@ -6,6 +6,9 @@ ClusterCache replica (the controller-manager process, `python -m services.contro
   (pkg/controller/nodelifecycle);
 * `taint_eviction`: NoExecute taint-based deletion (pkg/controller/tainteviction);
 * `daemonset`: DaemonSets' pods, one per eligible node (pkg/controller/daemon);
+* `workloads`: the replicas of ReplicaSets (Deployments'), ReplicationControllers, StatefulSets and
+  Jobs (pkg/controller/replicaset, replication, statefulset, job);
+* `podcontrol`: the pod creation and deletion, expectations and garbage collection those two share;
 * `policy`: the Eviction API, cordon and taint (schedmesh.v1.Policy, protos/schedmesh/v1/policy.proto);
 * `manager`: the process wiring them together.
 
