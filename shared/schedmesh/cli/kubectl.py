@@ -723,7 +723,10 @@ def add_delete_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", nargs="?", choices=["pod", "pods", "po", "node", "nodes", "no", "priorityclass",
                                                "priorityclasses", "pc", "runtimeclass", "runtimeclasses", "pdb",
                                                "poddisruptionbudget", "service", "services", "svc", "daemonset",
-                                               "daemonsets", "ds", "limitrange", "limitranges", "limits"])
+                                               "daemonsets", "ds", "limitrange", "limitranges", "limits",
+                                               "deployment", "deployments", "deploy", "replicaset", "replicasets",
+                                               "rs", "statefulset", "statefulsets", "sts", "replicationcontroller",
+                                               "replicationcontrollers", "rc", "job", "jobs"])
     p.add_argument("name", nargs="*")
     p.add_argument("-n", "--namespace", default="default")
     p.add_argument("-f", "--filename", action="append", metavar="FILE",
@@ -733,13 +736,18 @@ def add_delete_arguments(p: argparse.ArgumentParser) -> None:
 _KINDS = {"pods": "pod", "po": "pod", "nodes": "node", "no": "node", "priorityclasses": "priorityclass",
           "pc": "priorityclass", "runtimeclasses": "runtimeclass", "poddisruptionbudget": "pdb", "services": "service",
           "svc": "service", "daemonsets": "daemonset", "ds": "daemonset", "limitranges": "limitrange",
-          "limits": "limitrange"}
+          "limits": "limitrange", "deployments": "deployment", "deploy": "deployment", "replicasets": "replicaset",
+          "rs": "replicaset", "statefulsets": "statefulset", "sts": "statefulset",
+          "replicationcontrollers": "replicationcontroller", "rc": "replicationcontroller", "jobs": "job"}
+_WORKLOAD_KINDS = ("deployment", "replicaset", "statefulset", "replicationcontroller", "job")
 
 
 def manifest_objects(files: list[str]) -> tuple[list[tuple[str, str, str]], list[str]]:
-    """(kind, namespace, name) of every object in the manifests, in file order (pods of a
-    Deployment as it expands them), and a line for each object of a kind apply skips (never
-    applied, so nothing to delete)."""
+    """(kind, namespace, name) of every object in the manifests, in file order (a workload's
+    pods left to it: deleting a Deployment, ReplicaSet, StatefulSet, ReplicationController or
+    Job deletes the pods it owns, its replacements included), and a line for each object of a
+    kind apply skips (never applied, so nothing to delete)."""
+    from schedmesh.workloads.replicas import controlled_by
     from schedmesh.api.load import load_text, read_manifest
     out = []
     skipped: list[str] = []
@@ -749,7 +757,10 @@ def manifest_objects(files: list[str]) -> tuple[list[tuple[str, str, str]], list
             raise MeshError(f"{f}: deleting a Namespace is not supported (namespaces "
                             f"{', '.join(ns.name for ns in m.namespaces)}); remove it from the file")
         out += [("daemonset", d.namespace, d.name) for d in m.daemon_sets]  # its controller deletes its pods
-        out += [("pod", p.namespace, p.name) for p in m.pods]
+        controllers = [w for w in m.workloads if w.spec is not None]
+        out += [("deployment", w.namespace, w.spec.deployment) if w.spec.deployment
+                else (w.kind.lower(), w.namespace, w.name) for w in controllers]  # with the pods they own
+        out += [("pod", p.namespace, p.name) for p in m.pods if not any(controlled_by(w, p) for w in controllers)]
         out += [("pdb", p.namespace, p.name) for p in m.pdbs]
         out += [("service", w.namespace, w.name) for w in m.workloads if w.kind == "Service"]
         out += [("node", "", n.name) for n in m.nodes]
@@ -771,9 +782,10 @@ def run_delete(args: argparse.Namespace) -> int:
         skipped = []
         if not args.kind or not args.name:
             raise MeshError("delete: give KIND NAME... (pod, node, priorityclass, runtimeclass, pdb, service, "
-                            "daemonset, limitrange) or -f FILE")
+                            "daemonset, limitrange, deployment, replicaset, statefulset, replicationcontroller, "
+                            "job) or -f FILE")
         kind = _KINDS.get(args.kind, args.kind)
-        ns = args.namespace if kind in ("pod", "pdb", "service", "daemonset", "limitrange") else ""
+        ns = args.namespace if kind in ("pod", "pdb", "service", "daemonset", "limitrange", *_WORKLOAD_KINDS) else ""
         targets = [(kind, ns, name) for name in args.name]
     failed = 0
     if targets:  # a manifest of skipped kinds only needs no mesh

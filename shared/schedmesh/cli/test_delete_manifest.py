@@ -1,6 +1,6 @@
 """`schedmesh delete -f FILE`: every object the manifest applied is deleted through the Scheduler
-API (a workload's pods by the names it expands to); objects of kinds apply skips get the same
-"skipped" line and are not asked for."""
+API (a workload by its kind and name: its pods, replacements included, go with it); objects of
+kinds apply skips get the same "skipped" line and are not asked for."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from schedmesh.api.load import load_text
 from schedmesh.cli import kubectl, mesh
 
 MANIFEST = """
@@ -59,10 +58,9 @@ def test_delete_f_skips_what_apply_skipped(tmp_path: Path, monkeypatch: pytest.M
     f = tmp_path / "m.yaml"
     f.write_text(MANIFEST)
     rc, client = delete_f(f, monkeypatch)
-    (job_pod,) = [p.name for p in load_text(MANIFEST).pods if p.name != "web"]
-    assert rc == 0 and client.deleted == [("pod", "default", "web"), ("pod", "default", job_pod)]
+    assert rc == 0 and client.deleted == [("job", "default", "migrate"), ("pod", "default", "web")]
     assert capsys.readouterr().out.splitlines() == [
-        'pod "web" deleted', f'pod "{job_pod}" deleted',
+        'job "migrate" deleted', 'pod "web" deleted',
         "configmap/default/settings skipped: not used for scheduling",
         "clusterrole.rbac.authorization.k8s.io/reader skipped: not used for scheduling"]
 
@@ -98,3 +96,30 @@ def test_a_limit_range_is_deleted_by_name_in_its_namespace(tmp_path: Path) -> No
     f.write_text("apiVersion: v1\nkind: LimitRange\nmetadata: {name: defaults, namespace: shop}\n"
                  "spec: {limits: [{type: Container, max: {cpu: '1'}}]}\n")
     assert kubectl.manifest_objects([str(f)]) == ([("limitrange", "shop", "defaults")], [])
+
+
+def test_a_deployment_is_deleted_by_its_name_not_by_the_pods_it_expands_to(tmp_path: Path) -> None:
+    """Its controller may have replaced the pods the manifest expands to: the Deployment's name
+    stands for all of them (the queue-manager deletes its ReplicaSets and every pod they own)."""
+    f = tmp_path / "web.yaml"
+    f.write_text("""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: c}]}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: shop}
+spec:
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: c}]}
+""")
+    assert kubectl.manifest_objects([str(f)]) == ([("deployment", "shop", "web"), ("statefulset", "shop", "db")], [])

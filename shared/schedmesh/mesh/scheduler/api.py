@@ -16,13 +16,14 @@ from schedmesh.api.admission import AdmissionObjects, admit_created_pod
 from schedmesh.api.limit_range import keep_admitted_defaults
 from schedmesh.api.load import AdmissionError, ManifestError, Manifests
 from schedmesh.api.runtime_class import admit_runtime_class
-from schedmesh.api.types import DaemonSet, LimitRange, Node, Pod
+from schedmesh.api.types import DaemonSet, LimitRange, Node, Pod, WorkloadSelector
 from schedmesh.api.update import as_applied, merged_pod, pod_changed, pod_update_error
 from schedmesh.bus import EventProducer
 from schedmesh.mesh import records
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 from schedmesh.mesh.scheduler.scheduler import QueueManager
 from schedmesh.mesh.scheduler.state import IN_FLIGHT
+from schedmesh.workloads.replicas import controlled_by
 
 log = logging.getLogger("schedmesh.queue_manager")
 
@@ -53,6 +54,27 @@ def _comparable(obj):
     if isinstance(obj, LimitRange):
         return convert.limit_range_to_proto(obj).SerializeToString(deterministic=True)
     return obj
+
+
+# kubectl's resource names of the workload kinds (a Deployment's record is its ReplicaSet's):
+# (singular for lines, plural for NotFound), and the Delete kinds naming them.
+_WORKLOAD_RESOURCES = {"Deployment": ("deployment.apps", "deployments.apps"),
+                       "ReplicaSet": ("replicaset.apps", "replicasets.apps"),
+                       "StatefulSet": ("statefulset.apps", "statefulsets.apps"),
+                       "ReplicationController": ("replicationcontroller", "replicationcontrollers"),
+                       "Job": ("job.batch", "jobs.batch")}
+_WORKLOAD_DELETE_KINDS = {
+    **{k: "Deployment" for k in ("deployment", "deployments", "deploy")},
+    **{k: "ReplicaSet" for k in ("replicaset", "replicasets", "rs")},
+    **{k: "StatefulSet" for k in ("statefulset", "statefulsets", "sts")},
+    **{k: "ReplicationController" for k in ("replicationcontroller", "replicationcontrollers", "rc")},
+    **{k: "Job" for k in ("job", "jobs")}}
+
+
+def _controller_key(pod: Pod) -> Optional[tuple[str, str, str]]:
+    """The (kind, namespace, name) of the pod's controller, as workload records are keyed."""
+    ref = next((r for r in pod.meta.owner_references if r.controller), None)
+    return None if ref is None else (ref.kind, pod.namespace, ref.name)
 
 
 @dataclass
@@ -214,12 +236,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                               max_unavailable=pdb.max_unavailable)
             plan.add("poddisruptionbudget.policy", f"{pdb.meta.namespace}/{pdb.meta.name}", pdb, live,
                      plan.publish.pdbs)
-        for w in m.workloads:
-            live = live_workloads.get(w.key)
-            if w.kind == "Service":
-                plan.add("service", f"{w.namespace}/{w.name}", w, live, plan.publish.workloads)
-            elif live != w:  # a workload's controller: no line of its own (the pods' are kubectl's)
-                plan.publish.workloads.append(w)
+        kept = self._plan_workloads(m.workloads, live_workloads, plan)
         for ds in m.daemon_sets:
             live = live_daemon_sets.get(ds.key)
             if live is not None:
@@ -241,6 +258,8 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             plan.add("node", n.name, n, live, plan.publish.nodes)
         for p in m.pods:
             live = live_pods.get((p.namespace, p.name))
+            if live is None and _controller_key(p) in kept:
+                continue  # its workload's controller keeps its count: it makes the missing pods
             if live is not None and not live.node_name:
                 live = await self._settled(live)  # not while its binding is on its way
             try:
@@ -277,6 +296,45 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         plan.lines += [s.line() for s in m.skipped]
         return plan
 
+    @staticmethod
+    def _plan_workloads(workloads: list[WorkloadSelector], live_workloads, plan: ApplyPlan) -> set:
+        """The Services' and the workloads' records to publish and their lines; returns the keys of
+        the workloads that exist already. A new workload's pods are the manifest's (its record
+        names them, for its controller to await); an existing one's are its controller's: this
+        Apply makes none of them (re-applied with more replicas, the controller makes the new
+        pods; with fewer, it deletes the extra ones), so no pod is made twice. A Deployment whose
+        template changed gets a new ReplicaSet and its other ReplicaSets are scaled to 0 at once
+        (no rolling update)."""
+        kept: set[tuple[str, str, str]] = set()
+        now = time.time()
+        for w in workloads:
+            live = live_workloads.get(w.key)
+            if w.kind == "Service":
+                plan.add("service", f"{w.namespace}/{w.name}", w, live, plan.publish.workloads)
+                continue
+            if live is not None:
+                kept.add(w.key)
+                if live.spec is not None:  # its creation stays what it was
+                    w = replace(w, spec=replace(w.spec, created_pods=live.spec.created_pods,
+                                                created_at=live.spec.created_at))
+            else:
+                w = replace(w, spec=replace(w.spec, created_at=now))
+            if live != w:
+                plan.publish.workloads.append(w)
+            state = "created" if live is None else "configured" if live != w else "unchanged"
+            if not w.spec.deployment:
+                plan.lines.append(f"{_WORKLOAD_RESOURCES[w.kind][0]}/{w.namespace}/{w.name} {state}")
+                continue
+            for old in live_workloads.values():
+                if (old.kind == "ReplicaSet" and old.namespace == w.namespace and old.key != w.key
+                        and old.spec is not None and old.spec.deployment == w.spec.deployment):
+                    state = "configured" if state == "created" else state
+                    if old.spec.replicas:
+                        plan.publish.workloads.append(replace(old, spec=replace(old.spec, replicas=0)))
+                        state = "configured"
+            plan.lines.append(f"deployment.apps/{w.namespace}/{w.spec.deployment} {state}")
+        return kept
+
     async def _settled(self, pod: Pod, timeout: float = 15.0) -> Optional[Pod]:
         """The pod as the cache knows it once no binding of it is in flight: an update must not
         be decided against (and re-publish) the unbound copy of a pod the binder is binding."""
@@ -294,13 +352,10 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             pod = qm.cache.get_pod(ns, name)
             if pod is None:
                 await context.abort(grpc.StatusCode.NOT_FOUND, f'pods "{name}" not found in namespace {ns}')
-            if pod.node_name:
-                meta = replace(pod.meta, deletion_timestamp=time.time())
-                await records.publish(qm.producer, [records.pod_record(replace(pod, meta=meta), source=qm.cfg.client_id)])
-            else:
-                await records.publish(qm.producer, [records.pod_record(pod, deleted=True, source=qm.cfg.client_id)])
-            await self._unstore([records.pod_record(pod, deleted=True, source=qm.cfg.client_id)])
+            await self._delete_pods([pod])
             return queue_pb2.DeleteResponse(result=f'pod "{name}" deleted')
+        if kind in _WORKLOAD_DELETE_KINDS:
+            return await self._delete_workload(context, _WORKLOAD_DELETE_KINDS[kind], ns, name)
         if kind in ("node", "nodes"):
             ni = qm.cache.snapshot.get(name)
             if ni is None or ni.node is None:
@@ -344,8 +399,46 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                 f'limitranges "{name}" not found in namespace {ns}', f'limitrange "{name}" deleted',
                 forget=lambda lr: cache.limit_ranges.pop(lr.key, None))
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"kind must be pod, node, priorityclass, runtimeclass, pdb, service, daemonset or "
-                            f"limitrange, not {request.kind!r}")
+                            f"kind must be pod, node, priorityclass, runtimeclass, pdb, service, daemonset, "
+                            f"limitrange, deployment, replicaset, statefulset, replicationcontroller or job, "
+                            f"not {request.kind!r}")
+
+    async def _delete_pods(self, pods: list[Pod]) -> None:
+        """Delete pods as the API server does: a bound one gracefully (its kubelet agent ends it),
+        an unbound one at once; and from the local store."""
+        qm = self.qm
+        now = time.time()
+        recs = [records.pod_record(replace(p, meta=replace(p.meta, deletion_timestamp=now)), source=qm.cfg.client_id)
+                if p.node_name else records.pod_record(p, deleted=True, source=qm.cfg.client_id) for p in pods]
+        await records.publish(qm.producer, recs)
+        await self._unstore([records.pod_record(p, deleted=True, source=qm.cfg.client_id) for p in pods])
+
+    async def _delete_workload(self, context, kind: str, ns: str, name: str):
+        """Delete a workload (a Deployment: its ReplicaSets): its records' tombstones published,
+        journalled and forgotten here at once, then its pods deleted (the garbage collector's
+        part; the controller-manager's workload controller collects any pod it made meanwhile,
+        and stops replacing them once it reads the tombstones). kubectl's line."""
+        qm = self.qm
+        singular, plural = _WORKLOAD_RESOURCES[kind]
+        with qm.cache.lock:
+            if kind == "Deployment":
+                targets = [w for w in qm.cache.workloads.values() if w.kind == "ReplicaSet" and w.namespace == ns
+                           and w.spec is not None and w.spec.deployment == name]
+            else:
+                found = qm.cache.workloads.get((kind, ns, name))
+                targets = [found] if found is not None and found.spec is not None else []
+        if not targets:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f'{plural} "{name}" not found in namespace {ns}')
+        tombstones = [records.workload_record(w, deleted=True) for w in targets]
+        await records.publish(qm.producer, tombstones)
+        await self._unstore(tombstones)
+        with qm.cache.lock:
+            for w in targets:
+                qm.cache.workloads.pop(w.key, None)
+            pods = [p for p in qm.cache.pods.values()
+                    if p.meta.deletion_timestamp is None and any(controlled_by(w, p) for w in targets)]
+        await self._delete_pods(pods)
+        return queue_pb2.DeleteResponse(result=f'{singular} "{name}" deleted')
 
     async def _delete_object(self, context, obj, record, not_found: str, deleted: str, forget=None):
         """Delete a kept object: NOT_FOUND when absent, else its tombstone published and journalled,

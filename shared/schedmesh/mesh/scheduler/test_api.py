@@ -298,29 +298,32 @@ spec:
 
 @pytest.mark.parametrize("in_worker", [False, True], ids=["read here", "read in the worker process"])
 def test_skipped_kinds_get_a_line_and_are_never_published(in_worker: bool, worker_process) -> None:
-    """A platform's manifest applies whole: the RC's and the Job's pods are created, the RC's
-    selector is published (the Job's is never read by the default constraints), and the
-    ConfigMap, ClusterRole and CronJob each get kubectl's kind of line, "skipped", and nothing else."""
+    """A platform's manifest applies whole: the RC's and the Job's pods are created, their
+    records published for their controllers (with kubectl's line for each), and the ConfigMap,
+    ClusterRole and CronJob each get kubectl's kind of line, "skipped", and nothing else."""
     s = servicer()
     if in_worker:
         s.qm.admission = worker_process
     resp = apply(s, PLATFORM)
     lines = list(resp.applied)
+    assert lines[:2] == ["replicationcontroller/shop/legacy created", "job.batch/shop/migrate created"]
     pods = [line for line in lines if line.startswith("pod/")]
+    assert lines[2:2 + len(pods)] == pods
     assert len(pods) == 3 and all(line.endswith(" created") for line in pods)
     assert sum(line.startswith("pod/shop/legacy-") for line in pods) == 2
     assert sum(line.startswith("pod/shop/migrate-") for line in pods) == 1
-    assert lines[len(pods):] == [
+    skipped = lines[2 + len(pods):]
+    assert skipped == [
         "configmap/shop/settings skipped: not used for scheduling",
         "clusterrole.rbac.authorization.k8s.io/reader skipped: not used for scheduling",
         "cronjob.batch/shop/nightly skipped: not used for scheduling (its pods appear only when its schedule fires)"]
     assert len(published_pods(s)) == 3
     keys = [k for _t, k, _v in s.qm.producer.sent]
-    assert "workload/ReplicationController/shop/legacy" in keys
-    assert not any(name in k for k in keys for name in ("settings", "reader", "nightly", "workload/Job"))
+    assert "workload/ReplicationController/shop/legacy" in keys and "workload/Job/shop/migrate" in keys
+    assert not any(name in k for k in keys for name in ("settings", "reader", "nightly"))
     # the skipped objects alone, applied again: skipped again, nothing published
     s.qm.producer.sent.clear()
-    assert list(apply(s, "---".join(PLATFORM.split("---")[:3])).applied) == lines[len(pods):]
+    assert list(apply(s, "---".join(PLATFORM.split("---")[:3])).applied) == skipped
     assert s.qm.producer.sent == []
 
 
@@ -458,3 +461,77 @@ def test_a_deleted_limit_range_defaults_no_more_pods() -> None:
     with pytest.raises(Aborted) as e:
         asyncio.run(s.Delete(queue_pb2.DeleteRequest(kind="limits", namespace="shop", name="defaults"), Context()))
     assert e.value.code == grpc.StatusCode.NOT_FOUND
+
+
+WEB = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: shop}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec: {{containers: [{{name: c, image: "nginx:{version}"}}]}}
+"""
+
+
+def sent_workloads(s: api.SchedulerServicer) -> list[events_pb2.PodDisruptionBudgetRecord]:
+    return [rec for topic, _key, value in s.qm.producer.sent if topic == records.TOPIC_PDBS
+            for rec in [events_pb2.PodDisruptionBudgetRecord.FromString(value)] if rec.HasField("workload")]
+
+
+def test_a_workload_s_pods_are_made_by_its_first_apply_then_by_its_controller() -> None:
+    """The first Apply makes the pods (its record names them, for the controller to await); an
+    Apply of a workload that exists makes none: with more replicas the record says so and the
+    controller makes the new pods, with the pods it replaced missing from the manifest's names
+    nothing is made twice. A template change makes a new ReplicaSet and scales the old one to 0."""
+    s = servicer()
+    first = apply(s, WEB.format(replicas=2, version="1"))
+    pods = [line.split()[0] for line in first.applied if line.startswith("pod/")]
+    assert list(first.applied) == ["deployment.apps/shop/web created"] + [f"{p} created" for p in pods]
+    (rec,) = sent_workloads(s)
+    assert list(rec.workload.spec.created_pods) == [p.split("/")[-1] for p in pods] and rec.workload.spec.created_at
+    created_at = rec.workload.spec.created_at
+    read_back(s)
+    # one of its pods was replaced by the controller: re-applying makes no pod and changes nothing
+    (gone, kept) = (s.qm.cache.get_pod("shop", p.split("/")[-1]) for p in pods)
+    s.qm.cache.apply(records.TOPIC_PODS, records.pod_record(gone, deleted=True)[2], 1000)
+    again = apply(s, WEB.format(replicas=2, version="1"))
+    assert list(again.applied) == ["deployment.apps/shop/web unchanged", f"pod/shop/{kept.name} unchanged"]
+    assert s.qm.producer.sent == []
+    # more replicas: the record says so, no pod is published (the controller makes them)
+    assert list(apply(s, WEB.format(replicas=5, version="1")).applied) == [
+        "deployment.apps/shop/web configured", f"pod/shop/{kept.name} unchanged"]
+    (rec,) = sent_workloads(s)
+    assert (rec.workload.spec.replicas, rec.workload.spec.created_at) == (5, created_at) and published_pods(s) == []
+    read_back(s)
+    # a template change: a new ReplicaSet with its pods, the old one scaled to 0
+    lines = list(apply(s, WEB.format(replicas=2, version="2")).applied)
+    assert lines[0] == "deployment.apps/shop/web configured" and len(published_pods(s)) == 2
+    new, old = sent_workloads(s)
+    assert (old.workload.name, old.workload.spec.replicas) == (rec.workload.name, 0)
+    assert new.workload.name != old.workload.name and new.workload.spec.replicas == 2
+    read_back(s)
+    # deleting the Deployment deletes both ReplicaSets' records and every pod they own
+    gone = asyncio.run(s.Delete(queue_pb2.DeleteRequest(kind="deployment", namespace="shop", name="web"), Context()))
+    assert gone.result == 'deployment.apps "web" deleted'
+    assert sorted((r.deleted, r.workload.name) for r in sent_workloads(s)) == sorted(
+        [(True, new.workload.name), (True, old.workload.name)])
+    assert len(published_pods(s)) == 3  # the first ReplicaSet's one left and the new one's two
+    assert not any(w.kind == "ReplicaSet" for w in s.qm.cache.workloads.values())  # forgotten here at once
+    with pytest.raises(Aborted) as e:
+        asyncio.run(s.Delete(queue_pb2.DeleteRequest(kind="deploy", namespace="shop", name="web"), Context()))
+    assert (e.value.code, e.value.details) == (grpc.StatusCode.NOT_FOUND,
+                                               'deployments.apps "web" not found in namespace shop')
+
+
+def test_other_workload_kinds_are_deleted_by_their_kubectl_names() -> None:
+    s = servicer()
+    apply(s, PLATFORM)
+    read_back(s)
+    for kind, name, line in [("rc", "legacy", 'replicationcontroller "legacy" deleted'),
+                             ("jobs", "migrate", 'job.batch "migrate" deleted')]:
+        assert asyncio.run(s.Delete(queue_pb2.DeleteRequest(kind=kind, namespace="shop", name=name),
+                                    Context())).result == line
+    assert len(published_pods(s)) == 3 and not [w for w in s.qm.cache.workloads.values() if w.spec is not None]
