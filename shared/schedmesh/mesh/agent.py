@@ -511,6 +511,8 @@ class KubeletAgent:
             await self._on_pod(self._context(r, rec), convert.pod_from_proto(rec.pod), rec.deleted, rec.source)
             return
         u = rec.update
+        if u.HasField("pod_scheduled"):
+            return  # a failed attempt's status: moot for a bound pod, and an unbound one is not ours
         sn = self._where.get(u.uid)
         if sn is not None:
             sp = sn.pods.get(u.uid)

@@ -7,7 +7,7 @@ reports as deltas (PodRecord.update) rather than whole pods. Readers flatten a r
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
 from schedmesh.api import convert
 from schedmesh.api.evolve import evolve
@@ -235,6 +235,25 @@ def nomination_update(pod: Pod, node_name: str, source: str = "") -> events_pb2.
     return rec
 
 
+def scheduling_failure_update(pod: Pod, condition: PodCondition, nominated_node_name: Optional[str] = None,
+                              source: str = "") -> events_pb2.PodRecord:
+    """A failed attempt's status patch (kube's updatePod): PodScheduled=False and, when PostFilter
+    nominated (nominated_node_name not None; "" clears), status.nominatedNodeName. A delta, not the
+    scheduler's copy of the pod: published after a deletion it re-creates nothing, after an
+    Apply's update it reverts no label, after a binding it is moot (apply_update)."""
+    rec = events_pb2.PodRecord(source=source)
+    u = rec.update
+    u.uid = pod.uid
+    u.pod_scheduled.type, u.pod_scheduled.status = condition.type, condition.status
+    u.pod_scheduled.reason, u.pod_scheduled.message = condition.reason, condition.message
+    if nominated_node_name is not None:
+        if nominated_node_name:
+            u.nominated_node_name = nominated_node_name
+        else:
+            u.clear_nominated_node_name = True
+    return rec
+
+
 def deletion_update(pod: Pod, when: float, source: str = "",
                     condition: PodCondition | None = None) -> events_pb2.PodRecord:
     """A graceful deletion request (metadata.deletionTimestamp); the pod's kubelet ends it.
@@ -248,6 +267,8 @@ def deletion_update(pod: Pod, when: float, source: str = "",
 
 
 def apply_update(pod: Pod, u: events_pb2.PodUpdate) -> Pod:
+    if u.HasField("pod_scheduled"):
+        return _apply_scheduling_failure(pod, u)
     changes: dict = {}
     conditions = [PodCondition(c.type, c.status, c.reason, c.message) for c in u.conditions]
     if u.node_name:
@@ -269,6 +290,21 @@ def apply_update(pod: Pod, u: events_pb2.PodUpdate) -> Pod:
         changes["status_message"] = u.status_message
     if u.deletion_timestamp and pod.meta.deletion_timestamp is None:
         changes["meta"] = evolve(pod.meta, deletion_timestamp=u.deletion_timestamp)
+    return evolve(pod, **changes)
+
+
+def _apply_scheduling_failure(pod: Pod, u: events_pb2.PodUpdate) -> Pod:
+    if pod.node_name:  # bound since the attempt failed: the binding's PodScheduled stands
+        return pod
+    c = u.pod_scheduled
+    failed = PodCondition(c.type, c.status, c.reason, c.message)
+    # podutil.UpdatePodCondition: the condition of that type replaced where it stands, else appended
+    conditions = [failed if x.type == failed.type else x for x in pod.conditions]
+    if not any(x.type == failed.type for x in pod.conditions):
+        conditions.append(failed)
+    changes: dict = {"conditions": conditions}
+    if u.nominated_node_name or u.clear_nominated_node_name:
+        changes["nominated_node_name"] = u.nominated_node_name
     return evolve(pod, **changes)
 
 

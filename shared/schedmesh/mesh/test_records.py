@@ -1,5 +1,7 @@
 """Pod and node deltas as the cluster cache applies them."""
-from schedmesh.api.types import Node, NodeCondition, ObjectMeta, Pod, Taint
+import pytest
+
+from schedmesh.api.types import Node, NodeCondition, ObjectMeta, Pod, PodCondition, Taint
 from schedmesh.mesh import records
 from schedmesh.mesh.cluster_cache import ClusterCache
 from schedmesh.v1 import events_pb2
@@ -57,6 +59,51 @@ def test_pod_deltas_nomination_deletion_and_status_reason():
     u = events_pb2.PodUpdate(uid="u1", phase="Failed", status_reason="Evicted", status_message="The node was low on resource: memory.")
     p = records.apply_update(p, u)
     assert (p.phase, p.status_reason, p.status_message) == ("Failed", "Evicted", "The node was low on resource: memory.")
+
+
+FAILED = PodCondition("PodScheduled", "False", "Unschedulable", "0/3 nodes are available: 3 Insufficient cpu.")
+
+
+@pytest.mark.parametrize("conditions, nominated, nominated_after, conditions_after", [
+    ([], None, "", [FAILED]),
+    # podutil.UpdatePodCondition: replaced where it stands; other conditions untouched
+    ([PodCondition("DisruptionTarget", "True", "PreemptionByScheduler"),
+      PodCondition("PodScheduled", "False", "Unschedulable", "older")], "n2", "n2",
+     [PodCondition("DisruptionTarget", "True", "PreemptionByScheduler"), FAILED]),
+    ([PodCondition("PodScheduled", "False", "Unschedulable", "older")], "", "", [FAILED]),
+], ids=["first-failure", "replaced-in-place-and-nominated", "nomination-cleared"])
+def test_a_failed_attempts_patch_sets_its_condition_and_nomination(conditions, nominated, nominated_after,
+                                                                    conditions_after):
+    pod = Pod(meta=ObjectMeta(name="p", namespace="default", uid="u1"), conditions=conditions,
+              nominated_node_name="n1" if nominated == "" else "")
+    p = records.apply_update(pod, records.scheduling_failure_update(pod, FAILED, nominated).update)
+    assert p.conditions == conditions_after and p.nominated_node_name == nominated_after
+
+
+def test_a_failed_attempts_patch_leaves_alone_what_landed_before_it():
+    """Published from the scheduler's copy of the pod, the patch must not undo a deletion, an
+    Apply's label change or a binding that reached the topic first (a whole copy did all three)."""
+    cache = ClusterCache()
+    pod = Pod(meta=ObjectMeta(name="p", namespace="default", uid="u1", labels={"app": "a"}))
+    stale = records.scheduling_failure_update(pod, FAILED, "n1")
+
+    _apply(cache, records.pod_record(pod), 0)
+    _apply(cache, records.pod_record(pod, deleted=True), 1)
+    _apply(cache, records.pod_batch_record([stale]), 2)
+    assert cache.pods == {}, "a deleted pod came back"
+
+    _apply(cache, records.pod_record(pod), 3)
+    relabelled = Pod(meta=ObjectMeta(name="p", namespace="default", uid="u1", labels={"app": "b"}))
+    _apply(cache, records.pod_record(relabelled), 4)
+    _apply(cache, records.pod_batch_record([stale]), 5)
+    p = cache.pods["u1"]
+    assert p.meta.labels == {"app": "b"} and p.conditions == [FAILED] and p.nominated_node_name == "n1"
+
+    _apply(cache, records.pod_batch_record([records.binding_update(p, "n2")]), 6)
+    _apply(cache, records.pod_batch_record([stale]), 7)
+    p = cache.pods["u1"]
+    assert p.node_name == "n2" and [(c.type, c.status) for c in p.conditions] == [("PodScheduled", "True")]
+    assert p.nominated_node_name == "n1"  # the binding does not clear it (kube's binder neither); the patch is moot
 
 
 def test_node_batches_keep_order_and_stay_under_the_record_size():

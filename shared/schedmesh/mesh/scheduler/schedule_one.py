@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from typing import Any, Optional
 
 import grpc
@@ -19,7 +18,7 @@ from schedmesh.mesh import records
 from schedmesh.mesh.answers import batchable
 from schedmesh.mesh.fanout import FanOutEvaluator
 from schedmesh.mesh.preemption_service import preempt_request
-from schedmesh.queue.nominator import NominatingInfo
+from schedmesh.queue.nominator import NominatingInfo, NominatingMode
 from schedmesh.queue.queued_pod_info import QueuedPodInfo
 from schedmesh.queue.scheduling_queue import QueueError
 from schedmesh.scheduling.cycle import Diagnosis, FitError, NoNodesAvailableError, run_post_filter
@@ -429,14 +428,18 @@ class ScheduleOne:
         with self.cache.lock:
             cur = self.cache.pods.get(pod.uid)
         if cur is not None and not cur.node_name:
-            cond = [c for c in cur.conditions if c.type != "PodScheduled"]
-            cond.append(PodCondition("PodScheduled", "False", "Unschedulable", message))
-            old = next((c for c in cur.conditions if c.type == "PodScheduled"), None)
-            nominated = cur.nominated_node_name if nominating is None else nominating.nominated_node_name
-            if (old is None or old.message != message or old.reason != "Unschedulable"
-                    or nominated != cur.nominated_node_name):
-                updated = replace(cur, conditions=cond, nominated_node_name=nominated)
-                recs.append(records.pod_record(updated, source=self.cfg.client_id))
+            # A status patch, never the whole pod: this copy may be older than a deletion, an
+            # Apply's update or a binding that lands before the record (records.apply_update).
+            failed = PodCondition("PodScheduled", "False", "Unschedulable", message)
+            old = next((c for c in cur.conditions if c.type == failed.type), None)
+            # kube's nnnNeedsUpdate: only an override that changes it
+            nominated = (nominating.nominated_node_name
+                         if NominatingInfo.mode_of(nominating) == NominatingMode.OVERRIDE
+                         and nominating.nominated_node_name != cur.nominated_node_name else None)
+            if old != failed or nominated is not None:
+                recs.append(records.pod_batch_record(
+                    [records.scheduling_failure_update(cur, failed, nominated, source=self.cfg.client_id)],
+                    self.cfg.client_id))
         try:
             self._publish_sync(recs)
         except Exception:
