@@ -1,5 +1,5 @@
 """kube-apiserver's admission of a pod being created, as every part of schedmesh that creates
-pods runs it (the queue-manager's Apply, the DaemonSet controller, explain).
+pods runs it (the queue-manager's Apply, the DaemonSet and workload controllers, explain).
 
 The plugins run in kube's default order: all mutating phases first (LimitRanger's defaults,
 Priority, DefaultTolerationSeconds, RuntimeClass), then the validating ones (LimitRanger's
