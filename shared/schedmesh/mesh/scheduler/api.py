@@ -408,8 +408,12 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         an unbound one at once; and from the local store."""
         qm = self.qm
         now = time.time()
-        recs = [records.pod_record(replace(p, meta=replace(p.meta, deletion_timestamp=now)), source=qm.cfg.client_id)
-                if p.node_name else records.pod_record(p, deleted=True, source=qm.cfg.client_id) for p in pods]
+        # A bound pod's deletion request is a delta: this cache's copy may be older than its kubelet's
+        # last status report, which a whole copy would undo in every reader.
+        graceful = [records.deletion_update(p, now, source=qm.cfg.client_id) for p in pods if p.node_name]
+        recs = [records.pod_record(p, deleted=True, source=qm.cfg.client_id) for p in pods if not p.node_name]
+        if graceful:
+            recs.append(records.pod_batch_record(graceful, qm.cfg.client_id))
         await records.publish(qm.producer, recs)
         await self._unstore([records.pod_record(p, deleted=True, source=qm.cfg.client_id) for p in pods])
 

@@ -15,6 +15,7 @@ import grpc
 import pytest
 
 from schedmesh.api import convert, load
+from schedmesh.api.evolve import evolve
 from schedmesh.api.load import ManifestError, load_text
 from schedmesh.bus.topics import PODS
 from schedmesh.mesh import records
@@ -535,3 +536,27 @@ def test_other_workload_kinds_are_deleted_by_their_kubectl_names() -> None:
         assert asyncio.run(s.Delete(queue_pb2.DeleteRequest(kind=kind, namespace="shop", name=name),
                                     Context())).result == line
     assert len(published_pods(s)) == 3 and not [w for w in s.qm.cache.workloads.values() if w.spec is not None]
+
+
+def test_a_bound_pods_deletion_is_a_delta_that_keeps_what_its_kubelet_reported() -> None:
+    """The queue-manager's copy may be behind the pods topic (its kubelet's Running report not
+    read yet): the deletion request must not carry that copy back to every reader."""
+    s = servicer()
+    apply(s, POD.format(name="web"))
+    applied = list(s.qm.producer.sent)
+    read_back(s)
+    pod = s.qm.cache.get_pod("default", "web")
+    bound = records.pod_batch_record([records.binding_update(pod, "node-1")])
+    s.qm.cache.apply(*bound[::2], 100)
+    running = records.pod_batch_record([records.status_update(evolve(s.qm.cache.get_pod("default", "web"),
+                                                                     phase="Running"))])
+    topic_reader = ClusterCache()  # any other reader: it has read the kubelet's report too
+    for offset, (topic, _key, value) in enumerate([*applied, bound, running]):
+        topic_reader.apply(topic, value, offset)
+    assert asyncio.run(s.Delete(queue_pb2.DeleteRequest(kind="pod", namespace="default", name="web"),
+                                Context())).result == 'pod "web" deleted'
+    (topic, _key, value), = s.qm.producer.sent
+    assert all(r.HasField("update") for r in records.expand(events_pb2.PodRecord.FromString(value)))
+    topic_reader.apply(topic, value, 200)
+    p = topic_reader.get_pod("default", "web")
+    assert p.meta.deletion_timestamp is not None and p.phase == "Running" and p.node_name == "node-1"
