@@ -220,10 +220,7 @@ class PreemptionEvaluator:
                                                source=self.source, timestamp=now))
                 continue
             resp.deleting_uids.append(v.uid)
-            rec = records.deletion_update(v, now, source=self.source)
-            for c in [c for c in v.conditions if c.type != DISRUPTION_TARGET] + [condition]:
-                rec.update.conditions.add(type=c.type, status=c.status, reason=c.reason, message=c.message)
-            updates.append(rec)
+            updates.append(records.deletion_update(v, now, source=self.source, condition=condition))
             events.append(events_pb2.Event(pod_uid=v.uid, pod=v.key, type="Normal", reason=EVENT_REASON_PREEMPTED,
                                            message=preempted_message(preemptor, d.node_name), source=self.source,
                                            timestamp=now))

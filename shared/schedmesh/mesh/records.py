@@ -257,12 +257,15 @@ def scheduling_failure_update(pod: Pod, condition: PodCondition, nominated_node_
 def deletion_update(pod: Pod, when: float, source: str = "",
                     condition: PodCondition | None = None) -> events_pb2.PodRecord:
     """A graceful deletion request (metadata.deletionTimestamp); the pod's kubelet ends it.
-    `condition` (DisruptionTarget, from an eviction) is set on the pod in the same delta."""
+    `condition` (DisruptionTarget, from an eviction or a preemption) is patched onto the pod in
+    the same delta: that condition alone, so a kubelet report the writer has not read (Ready,
+    which PDBs count) is not undone."""
     rec = events_pb2.PodRecord(source=source)
     rec.update.uid, rec.update.deletion_timestamp = pod.uid, when
     if condition is not None:
-        for c in [c for c in pod.conditions if c.type != condition.type] + [condition]:
-            rec.update.conditions.add(type=c.type, status=c.status, reason=c.reason, message=c.message)
+        rec.update.merge_conditions = True
+        rec.update.conditions.add(type=condition.type, status=condition.status, reason=condition.reason,
+                                  message=condition.message)
     return rec
 
 
@@ -271,6 +274,8 @@ def apply_update(pod: Pod, u: events_pb2.PodUpdate) -> Pod:
         return _apply_scheduling_failure(pod, u)
     changes: dict = {}
     conditions = [PodCondition(c.type, c.status, c.reason, c.message) for c in u.conditions]
+    if u.merge_conditions:
+        conditions = _patched_conditions(pod.conditions, conditions)
     if u.node_name:
         changes["node_name"] = u.node_name
         if not conditions:  # kube's binding sets PodScheduled=True
@@ -293,16 +298,20 @@ def apply_update(pod: Pod, u: events_pb2.PodUpdate) -> Pod:
     return evolve(pod, **changes)
 
 
+def _patched_conditions(conditions: list[PodCondition], patch: list[PodCondition]) -> list[PodCondition]:
+    """podutil.UpdatePodCondition for each of `patch`: the condition of that type replaced where
+    it stands, else appended."""
+    by_type = {c.type: c for c in patch}
+    out = [by_type.pop(c.type, c) for c in conditions]
+    return out + [c for c in patch if c.type in by_type]
+
+
 def _apply_scheduling_failure(pod: Pod, u: events_pb2.PodUpdate) -> Pod:
     if pod.node_name:  # bound since the attempt failed: the binding's PodScheduled stands
         return pod
     c = u.pod_scheduled
-    failed = PodCondition(c.type, c.status, c.reason, c.message)
-    # podutil.UpdatePodCondition: the condition of that type replaced where it stands, else appended
-    conditions = [failed if x.type == failed.type else x for x in pod.conditions]
-    if not any(x.type == failed.type for x in pod.conditions):
-        conditions.append(failed)
-    changes: dict = {"conditions": conditions}
+    changes: dict = {"conditions": _patched_conditions(pod.conditions, [PodCondition(c.type, c.status, c.reason,
+                                                                                       c.message)])}
     if u.nominated_node_name or u.clear_nominated_node_name:
         changes["nominated_node_name"] = u.nominated_node_name
     return evolve(pod, **changes)

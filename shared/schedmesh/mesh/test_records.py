@@ -80,6 +80,24 @@ def test_a_failed_attempts_patch_sets_its_condition_and_nomination(conditions, n
     assert p.conditions == conditions_after and p.nominated_node_name == nominated_after
 
 
+def test_a_disruption_target_is_patched_onto_the_conditions_its_writer_has_not_read():
+    """An eviction's or a preemption's DisruptionTarget, written from a copy older than the
+    kubelet's Ready report: Ready (which the PDBs count) stays; a DisruptionTarget there is replaced
+    where it stands."""
+    copy = Pod(meta=ObjectMeta(name="p", namespace="default", uid="u1"), node_name="n1")
+    target = PodCondition("DisruptionTarget", "True", "PreemptionByScheduler", "by p-high")
+    delta = records.deletion_update(copy, 7.0, "preemption", target).update
+    reported = Pod(meta=copy.meta, node_name="n1", phase="Running",
+                   conditions=[PodCondition("PodScheduled", "True"), PodCondition("Ready", "True")])
+    p = records.apply_update(reported, delta)
+    assert p.conditions == [PodCondition("PodScheduled", "True"), PodCondition("Ready", "True"), target]
+    assert p.meta.deletion_timestamp == 7.0 and p.phase == "Running"
+    earlier = PodCondition("DisruptionTarget", "True", "EvictionByEvictionAPI", "")
+    p = records.apply_update(Pod(meta=copy.meta, node_name="n1", conditions=[earlier, PodCondition("Ready", "True")]),
+                             delta)
+    assert p.conditions == [target, PodCondition("Ready", "True")]
+
+
 def test_a_failed_attempts_patch_leaves_alone_what_landed_before_it():
     """Published from the scheduler's copy of the pod, the patch must not undo a deletion, an
     Apply's label change or a binding that reached the topic first (a whole copy did all three)."""
