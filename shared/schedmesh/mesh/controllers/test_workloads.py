@@ -224,3 +224,15 @@ def test_a_job_replaces_failed_pods_until_its_backoff_limit():
     assert changes(fed, wc.sync(T0 + 13)) == ([], [], [])
     assert changes(fed, wc.sync(T0 + 100)) == ([], [], [])  # BackoffLimitExceeded: no pod again
     assert live(fed) == []
+
+
+def test_pods_read_before_their_workload_are_neither_collected_nor_made_again():
+    """The other order: the Apply's pods first, the record a few seconds later (another topic)."""
+    from schedmesh.mesh.controllers.podcontrol import ORPHAN_GRACE
+    fed, wc = mesh(node("n1"))
+    w, pods = applied(deployment(2))
+    fed.add(*pods)
+    assert wc.sync(T0) == [] and wc.sync(T0 + ORPHAN_GRACE / 2) == []  # orphans for now: within the grace
+    fed.apply([workload_record(w)])
+    assert wc.sync(T0 + ORPHAN_GRACE / 2 + 0.1) == []
+    assert wc.sync(T0 + 2 * ORPHAN_GRACE) == [] and len(live(fed)) == 2

@@ -53,6 +53,8 @@ def _comparable(obj):
         return convert.daemon_set_to_proto(obj).SerializeToString(deterministic=True)
     if isinstance(obj, LimitRange):
         return convert.limit_range_to_proto(obj).SerializeToString(deterministic=True)
+    if isinstance(obj, WorkloadSelector):
+        return convert.workload_to_proto(obj).SerializeToString(deterministic=True)
     return obj
 
 
@@ -319,9 +321,10 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                                                 created_at=live.spec.created_at))
             else:
                 w = replace(w, spec=replace(w.spec, created_at=now))
-            if live != w:
+            changed = live is None or _comparable(live) != _comparable(w)
+            if changed:
                 plan.publish.workloads.append(w)
-            state = "created" if live is None else "configured" if live != w else "unchanged"
+            state = "created" if live is None else "configured" if changed else "unchanged"
             if not w.spec.deployment:
                 plan.lines.append(f"{_WORKLOAD_RESOURCES[w.kind][0]}/{w.namespace}/{w.name} {state}")
                 continue
