@@ -60,6 +60,16 @@ def wait(what: str, check, timeout: float = 60.0):
     raise AssertionError(f"{what}: not after {timeout}s")
 
 
+def never(what: str, check, seconds: float) -> None:
+    """`check()` stays false for `seconds` (ten and more controller passes at --sync-period 0.2):
+    what must not happen, looked for all along rather than once after a sleep."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        got = check()
+        assert not got, f"{what}: {got}"
+        time.sleep(0.2)
+
+
 @pytest.mark.timeout(300)
 def test_a_deployment_and_a_stateful_set_keep_their_replicas(tmp_path) -> None:
     (tmp_path / "pool.yaml").write_text(POOL)
@@ -126,8 +136,7 @@ def test_a_deployment_and_a_stateful_set_keep_their_replicas(tmp_path) -> None:
             # the manifest applied again makes no pod (the evicted one's name is not made again)
             again = list(stub.Apply(queue_pb2.ApplyRequest(manifest=MANIFEST, source="app.yaml"), timeout=60).applied)
             assert again[:2] == ["deployment.apps/default/web unchanged", "statefulset.apps/default/db unchanged"]
-            time.sleep(2)  # ten controller passes: had anything been made twice, it would show by now
-            assert set(running("web-", 3)) == set(after) and len(running("db-", 2)) == 2
+            never("a pod made twice or lost", lambda: (set(pods("web-")) ^ set(after)) or len(pods("db-")) != 2, 3)
 
             # deleting the Deployment deletes its pods; nothing replaces them
             deleted = stub.Delete(queue_pb2.DeleteRequest(kind="deployment", namespace="default", name="web"),
@@ -135,9 +144,9 @@ def test_a_deployment_and_a_stateful_set_keep_their_replicas(tmp_path) -> None:
             assert deleted.result == 'deployment.apps "web" deleted'
             wait("its pods gone", lambda: not [n for n in (v.pod.metadata.name for v in stub.GetPods(
                 queue_pb2.GetRequest(), timeout=30).pods) if n.startswith("web-")], 120)
-            time.sleep(2)
-            assert not [v for v in stub.GetPods(queue_pb2.GetRequest(), timeout=30).pods
-                        if v.pod.metadata.name.startswith("web-")], "a pod of the deleted Deployment came back"
+            never("a pod of the deleted Deployment came back", lambda: [
+                v.pod.metadata.name for v in stub.GetPods(queue_pb2.GetRequest(), timeout=30).pods
+                if v.pod.metadata.name.startswith("web-")], 3)
             assert len(running("db-", 2)) == 2
         finally:
             for p in reversed(procs):
