@@ -95,7 +95,7 @@ class ClusterCache:
                         if old is not None:  # a delta for a pod already deleted is moot
                             self._apply_pod(apply_update(old, rec.update), False)
                     else:
-                        self._apply_pod(self._decode_pod(rec.pod), rec.deleted)
+                        self._apply_pod(self._decode_pod(rec.pod), rec.deleted, rec.spec_update)
                     for hook in self.pod_record_hooks:
                         hook(rec)
             elif topic == TOPIC_PRIORITY_CLASSES:
@@ -178,11 +178,19 @@ class ClusterCache:
             self.snapshot.add_node(node)
             self._emit("node", old_node, node)
 
-    def _apply_pod(self, pod: Pod, deleted: bool) -> None:
+    def _apply_pod(self, pod: Pod, deleted: bool, spec_update: bool = False) -> None:
         uid = pod.meta.uid
         old = self.pods.get(uid)
         if old is not None and is_terminal(old):
             old = None  # already gone from the snapshot and, for listeners, deleted
+        if spec_update and old is not None:
+            # an Apply's update: its metadata and spec; the binding, status and deletion request
+            # are what this cache has read (the Apply's copy of them may be older)
+            kept = {f: getattr(old, f) for f in POD_BINDING_AND_STATUS}
+            kept["node_name"] = old.node_name or pod.node_name
+            if old.meta.deletion_timestamp is not None and pod.meta.deletion_timestamp is None:
+                kept["meta"] = evolve(pod.meta, deletion_timestamp=old.meta.deletion_timestamp)
+            pod = evolve(pod, **kept)
         if old is not None and old.node_name and not pod.node_name and not deleted:
             # spec.nodeName never goes back to empty (the API server forbids it): an unbound copy
             # of a bound pod is stale (e.g. re-published from a cache that had not seen the binding

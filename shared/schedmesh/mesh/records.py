@@ -156,9 +156,10 @@ def namespace_record(ns: Namespace, deleted: bool = False) -> tuple[str, str, by
         namespace=convert.namespace_to_proto(ns), deleted=deleted).SerializeToString()
 
 
-def manifest_records(m: Manifests, source: str = "") -> list[tuple[str, str, bytes]]:
+def manifest_records(m: Manifests, source: str = "",
+                     updated_pods: frozenset[str] = frozenset()) -> list[tuple[str, str, bytes]]:
     """Records for everything in a manifest set, cluster-scoped objects first; the nodes and the
-    pods in batch records."""
+    pods in batch records; the pods whose uids are in `updated_pods` as spec updates."""
     out = [namespace_record(n) for n in m.namespaces]
     out += [priority_class_record(c) for c in m.priority_classes]
     out += [runtime_class_record(c) for c in m.runtime_classes]
@@ -167,7 +168,8 @@ def manifest_records(m: Manifests, source: str = "") -> list[tuple[str, str, byt
     out += [daemon_set_record(d) for d in m.daemon_sets]
     out += [limit_range_record(r) for r in m.limit_ranges]
     out += node_batch_records(m.nodes, source=source)
-    out += pod_batch_records((pod_message(p, source=source) for p in m.pods), source)
+    out += pod_batch_records((pod_message(p, source=source, spec_update=p.uid in updated_pods) for p in m.pods),
+                             source)
     return out
 
 
@@ -179,8 +181,9 @@ def expand(msg: Msg) -> Sequence[Msg]:
     return msg.batch if len(msg.batch) else (msg,)
 
 
-def pod_message(pod: Pod, deleted: bool = False, source: str = "") -> events_pb2.PodRecord:
-    return events_pb2.PodRecord(pod=convert.pod_to_proto(pod), deleted=deleted, source=source)
+def pod_message(pod: Pod, deleted: bool = False, source: str = "", spec_update: bool = False) -> events_pb2.PodRecord:
+    return events_pb2.PodRecord(pod=convert.pod_to_proto(pod), deleted=deleted, source=source,
+                                spec_update=spec_update)
 
 
 def pod_batch_record(items: Sequence[events_pb2.PodRecord], source: str = "") -> tuple[str, str, bytes]:

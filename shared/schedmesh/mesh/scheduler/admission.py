@@ -95,17 +95,18 @@ class Admission:
         raise ManifestError(source, "", "could not be read: the process reading it died twice "
                                         "(a manifest too large for the memory it may use?); nothing was applied")
 
-    async def encode(self, m: Manifests, source: str) -> list[tuple[str, str, bytes]]:
-        """records.manifest_records(m, source): in the worker for many pods and nodes, else on the
-        caller's event loop (a few pods take less than handing them over)."""
+    async def encode(self, m: Manifests, source: str,
+                     updated_pods: frozenset[str] = frozenset()) -> list[tuple[str, str, bytes]]:
+        """records.manifest_records(m, source, updated_pods): in the worker for many pods and
+        nodes, else on the caller's event loop (a few pods take less than handing them over)."""
         if len(m.pods) + len(m.nodes) < self.worker_min_objects:
-            return records.manifest_records(m, source=source)
+            return records.manifest_records(m, source, updated_pods)
         try:
-            return await self._in_worker(records.manifest_records, m, source)
+            return await self._in_worker(records.manifest_records, m, source, updated_pods)
         except BrokenProcessPool:  # objects already read and admitted: safe to encode here
             log.warning("the admission worker process died encoding %d pods and %d nodes; encoding them here",
                         len(m.pods), len(m.nodes))
-            return await asyncio.to_thread(records.manifest_records, m, source)
+            return await asyncio.to_thread(records.manifest_records, m, source, updated_pods)
 
     async def _in_worker(self, fn, *args):
         """fn(*args) in the worker; BrokenProcessPool when it died (the next call starts another)."""

@@ -87,6 +87,7 @@ class ApplyPlan:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     stored_pods: list = field(default_factory=list)  # the published pods as applied (no binding, no status)
+    updated_pods: set = field(default_factory=set)  # uids of the published pods that exist (spec updates)
 
     def add(self, kind: str, name: str, obj, live, publish_to: list) -> None:
         if live is None:
@@ -140,7 +141,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                     # to the smallest node name), where the recording saw them started in order.
                     p.start_time = p.meta.creation_timestamp
             p.meta.resource_version = qm.next_resource_version()
-        recs = await qm.admission.encode(plan.publish, qm.cfg.client_id)
+        recs = await qm.admission.encode(plan.publish, qm.cfg.client_id, frozenset(plan.updated_pods))
         too_large = [records.describe(t, v) for t, _k, v in recs if len(v) > records.MAX_RECORD_BYTES]
         if too_large:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "\n".join(
@@ -290,6 +291,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                 plan.errors.append(error)
             elif pod_changed(merged, live):
                 plan.publish.pods.append(merged)
+                plan.updated_pods.add(merged.uid)
                 plan.stored_pods.append(as_applied(merged, p))
                 plan.lines.append(f"pod/{p.namespace}/{p.name} configured")
             else:

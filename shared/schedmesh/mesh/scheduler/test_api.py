@@ -560,3 +560,29 @@ def test_a_bound_pods_deletion_is_a_delta_that_keeps_what_its_kubelet_reported()
     topic_reader.apply(topic, value, 200)
     p = topic_reader.get_pod("default", "web")
     assert p.meta.deletion_timestamp is not None and p.phase == "Running" and p.node_name == "node-1"
+
+
+def test_a_pods_update_keeps_what_its_readers_know_of_its_binding_and_status() -> None:
+    """kubectl apply of a label change, planned on the queue-manager's copy before it read the
+    kubelet's Running report and a deletion request: a reader that has read them keeps them and
+    takes the new labels (the API server's status subresource; a whole copy undid them)."""
+    s = servicer()
+    apply(s, POD.format(name="web"))
+    applied = list(s.qm.producer.sent)
+    read_back(s)
+    pod = s.qm.cache.get_pod("default", "web")
+    bound = records.pod_batch_record([records.binding_update(pod, "node-1")])
+    s.qm.cache.apply(*bound[::2], 100)
+    running = records.pod_batch_record([records.status_update(evolve(s.qm.cache.get_pod("default", "web"),
+                                                                     phase="Running"))])
+    deleting = records.pod_batch_record([records.deletion_update(pod, 50.0)])
+    topic_reader = ClusterCache()
+    for offset, (topic, _key, value) in enumerate([*applied, bound, running, deleting]):
+        topic_reader.apply(topic, value, offset)
+    relabelled = POD.format(name="web").replace("namespace: default}", "namespace: default, labels: {tier: front}}")
+    assert list(apply(s, relabelled).applied) == ["pod/default/web configured"]
+    for offset, (topic, _key, value) in enumerate(s.qm.producer.sent, start=200):
+        topic_reader.apply(topic, value, offset)
+    p = topic_reader.get_pod("default", "web")
+    assert p.meta.labels == {"tier": "front"}
+    assert (p.node_name, p.phase, p.meta.deletion_timestamp) == ("node-1", "Running", 50.0)
