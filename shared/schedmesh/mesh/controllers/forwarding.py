@@ -1,14 +1,17 @@
 """schedmesh.v1.Policy on the queue-manager: every call is forwarded to the controller-manager
 (SCHEDMESH_CONTROLLER_MANAGER, host:port), which alone spends disruption budgets, so a client
 needs only the scheduler's address. Refusals come back with their code, message and trailing
-metadata (the Eviction API's HTTP status) unchanged."""
+metadata (the Eviction API's HTTP status) unchanged. Each call carries the pods and nodes
+topics' offsets this queue-manager has read, so the controller-manager answers from a view at
+least as new (a pod listed here is never "not found" there because its cache is behind)."""
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Callable, Optional
 
 import grpc
 
+from schedmesh.bus.topics import NODES, PODS
 from schedmesh.security.credentials import TLSFiles, channel
 from schedmesh.v1 import policy_pb2_grpc
 
@@ -17,8 +20,10 @@ FORWARD_TIMEOUT = 30.0
 
 
 class PolicyForwarder(policy_pb2_grpc.PolicyServicer):
-    def __init__(self, target: Optional[str] = None) -> None:
+    def __init__(self, target: Optional[str] = None,
+                 offsets: Optional[Callable[[], dict[str, int]]] = None) -> None:
         self.target = (target if target is not None else os.environ.get(ENV_CONTROLLER_MANAGER, "")).strip()
+        self.offsets = offsets  # this queue-manager's cache's view (ClusterCache.view_offsets)
         self._stub: Optional[policy_pb2_grpc.PolicyStub] = None
 
     def _policy(self) -> policy_pb2_grpc.PolicyStub:
@@ -31,6 +36,8 @@ class PolicyForwarder(policy_pb2_grpc.PolicyServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 f"this scheduler has no controller-manager ({ENV_CONTROLLER_MANAGER} is not set): "
                                 "evict, cordon, drain and taint need one")
+        if self.offsets is not None and not request.offsets:
+            request.offsets.update({k: v for k, v in self.offsets().items() if k.split("/", 1)[0] in (PODS, NODES)})
         try:
             return await getattr(self._policy(), method)(request, timeout=FORWARD_TIMEOUT)
         except grpc.aio.AioRpcError as e:

@@ -41,6 +41,8 @@ CAUSE_KEY = "schedmesh-cause"
 GRPC_CODE = {429: grpc.StatusCode.RESOURCE_EXHAUSTED, 500: grpc.StatusCode.INTERNAL,
              403: grpc.StatusCode.PERMISSION_DENIED, 404: grpc.StatusCode.NOT_FOUND}
 EVICTION_METRIC_REASON = "EvictionAPI"
+# How long a call waits for this cache to read as far as its caller had (request.offsets).
+CATCH_UP_SECONDS = 5.0
 
 
 def taint_errors(t: Taint, removing: bool = False) -> list[str]:
@@ -61,11 +63,19 @@ class PolicyServicer(policy_pb2_grpc.PolicyServicer):
         # must see it terminating (kube's deletion is synchronous), not spend a budget twice
         self.marked: dict[str, float] = {}
 
+    async def _caught_up(self, offsets) -> None:
+        """Wait (bounded) until this cache has read what the caller had read: a pod or node the
+        caller knows is then known here. Past CATCH_UP_SECONDS the call is answered all the same."""
+        if offsets and not self.cache.has_read(dict(offsets)):
+            if not await asyncio.to_thread(self.cache.wait_for, dict(offsets), CATCH_UP_SECONDS):
+                log.warning("answering from a view behind the caller's after %.0f s", CATCH_UP_SECONDS)
+
     # ---- Evict -----------------------------------------------------------------------
     async def Evict(self, request, context):
         ns, name = request.namespace or "default", request.name
         if not name:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a pod name is required")
+        await self._caught_up(request.offsets)
         async with self.lock:
             now = self.clock()
             pod = self.cache.get_pod(ns, name)
@@ -129,6 +139,7 @@ class PolicyServicer(policy_pb2_grpc.PolicyServicer):
         return ni.node
 
     async def Cordon(self, request, context):
+        await self._caught_up(request.offsets)
         async with self.lock:
             node = await self._node(request.node, context)
             if node.unschedulable == request.unschedulable:
@@ -147,6 +158,7 @@ class PolicyServicer(policy_pb2_grpc.PolicyServicer):
             errs.append("at least one taint to add or remove is required")
         if errs:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(errs))
+        await self._caught_up(request.offsets)
         async with self.lock:
             node = await self._node(request.node, context)
             for r in remove:  # kubectl: removing a taint the node does not have is an error

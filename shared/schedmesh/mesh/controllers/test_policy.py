@@ -54,3 +54,50 @@ def test_parse_kubectl_taint_specs():
 def test_parse_errors_use_kubectl_words(spec, words):
     with pytest.raises(MeshError, match="^" + words.replace("(", r"\(")):
         parse_taint_specs([spec])
+
+
+def test_an_eviction_waits_for_the_pod_its_caller_knows():
+    """The queue-manager forwards its view's offsets: a pod it listed but this cache has not read
+    yet is evicted once read, not refused "not found"; without offsets it is not found."""
+    import asyncio
+    import threading
+    import time
+
+    import grpc
+
+    from schedmesh.api.types import ObjectMeta, Pod
+    from schedmesh.bus.topics import PODS
+    from schedmesh.mesh.cluster_cache import ClusterCache
+    from schedmesh.mesh.controllers.disruption import DisruptionController
+    from schedmesh.mesh.controllers.policy import PolicyServicer
+    from schedmesh.mesh.records import pod_record
+    from schedmesh.v1 import policy_pb2
+
+    class Refused(Exception):
+        pass
+
+    class Context:
+        async def abort(self, code, details, trailing_metadata=()):
+            raise Refused(code, details)
+
+    cache, published = ClusterCache(), []
+
+    async def publish(recs):
+        published.extend(recs)
+
+    pod = Pod(meta=ObjectMeta(name="web", namespace="default", uid="u1"), node_name="n1")
+    _topic, _key, value = pod_record(pod)
+
+    async def evict(offsets):
+        servicer = PolicyServicer(cache, DisruptionController(cache), publish, asyncio.Lock(), "cm")
+        return await servicer.Evict(policy_pb2.EvictRequest(namespace="default", name="web", offsets=offsets),
+                                    Context())
+
+    with pytest.raises(Refused) as e:
+        asyncio.run(evict({}))
+    assert e.value.args[0] == grpc.StatusCode.NOT_FOUND
+    later = threading.Timer(0.3, lambda: cache.apply(PODS, value, 0))
+    later.start()
+    started = time.monotonic()
+    assert asyncio.run(evict({f"{PODS}/0": 1})).code == 201
+    assert time.monotonic() - started >= 0.25 and published

@@ -21,7 +21,7 @@ async def serve(cfg: QueueManagerConfig, bootstrap: str, port: int) -> None:
     servicer = SchedulerServicer(qm)
     queue_pb2_grpc.add_SchedulerServicer_to_server(servicer, proc.server)
     # evict, cordon, taint: served by the controller-manager, reachable here
-    policy_pb2_grpc.add_PolicyServicer_to_server(PolicyForwarder(), proc.server)
+    policy_pb2_grpc.add_PolicyServicer_to_server(PolicyForwarder(offsets=qm.cache.view_offsets), proc.server)
     await proc.start()
     if proc.metrics_port:  # for `schedmesh get services` (0.0.0.0: the client substitutes the host it reached)
         servicer.metrics_url = f"http://{proc.host}:{proc.metrics_port}/metrics"
