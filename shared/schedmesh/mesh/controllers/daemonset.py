@@ -31,6 +31,7 @@ log = logging.getLogger("schedmesh.controllers.daemonset")
 
 class DaemonSetController(PodControl):
     what = "daemonset"
+    follows_nodes = True  # a node added, relabelled or tainted changes where its pods belong
 
     def __init__(self, cache, source: str = "", **kw) -> None:
         super().__init__(cache, source, log=log, **kw)
