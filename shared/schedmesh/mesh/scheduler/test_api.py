@@ -538,9 +538,9 @@ def test_other_workload_kinds_are_deleted_by_their_kubectl_names() -> None:
     assert len(published_pods(s)) == 3 and not [w for w in s.qm.cache.workloads.values() if w.spec is not None]
 
 
-def test_a_bound_pods_deletion_is_a_delta_that_keeps_what_its_kubelet_reported() -> None:
-    """The queue-manager's copy may be behind the pods topic (its kubelet's Running report not
-    read yet): the deletion request must not carry that copy back to every reader."""
+def _a_step_behind(*later) -> tuple[api.SchedulerServicer, ClusterCache]:
+    """A pod "web" applied and bound, as the queue-manager knows it, and another reader that has
+    also read its kubelet's Running report and `later`'s records, which the queue-manager has not."""
     s = servicer()
     apply(s, POD.format(name="web"))
     applied = list(s.qm.producer.sent)
@@ -550,9 +550,16 @@ def test_a_bound_pods_deletion_is_a_delta_that_keeps_what_its_kubelet_reported()
     s.qm.cache.apply(*bound[::2], 100)
     running = records.pod_batch_record([records.status_update(evolve(s.qm.cache.get_pod("default", "web"),
                                                                      phase="Running"))])
-    topic_reader = ClusterCache()  # any other reader: it has read the kubelet's report too
-    for offset, (topic, _key, value) in enumerate([*applied, bound, running]):
-        topic_reader.apply(topic, value, offset)
+    reader = ClusterCache()
+    for offset, (topic, _key, value) in enumerate([*applied, bound, running, *(f(pod) for f in later)]):
+        reader.apply(topic, value, offset)
+    return s, reader
+
+
+def test_a_bound_pods_deletion_is_a_delta_that_keeps_what_its_kubelet_reported() -> None:
+    """The queue-manager's copy may be behind the pods topic (its kubelet's Running report not
+    read yet): the deletion request must not carry that copy back to every reader."""
+    s, topic_reader = _a_step_behind()
     assert asyncio.run(s.Delete(queue_pb2.DeleteRequest(kind="pod", namespace="default", name="web"),
                                 Context())).result == 'pod "web" deleted'
     (topic, _key, value), = s.qm.producer.sent
@@ -566,19 +573,7 @@ def test_a_pods_update_keeps_what_its_readers_know_of_its_binding_and_status() -
     """kubectl apply of a label change, planned on the queue-manager's copy before it read the
     kubelet's Running report and a deletion request: a reader that has read them keeps them and
     takes the new labels (the API server's status subresource; a whole copy undid them)."""
-    s = servicer()
-    apply(s, POD.format(name="web"))
-    applied = list(s.qm.producer.sent)
-    read_back(s)
-    pod = s.qm.cache.get_pod("default", "web")
-    bound = records.pod_batch_record([records.binding_update(pod, "node-1")])
-    s.qm.cache.apply(*bound[::2], 100)
-    running = records.pod_batch_record([records.status_update(evolve(s.qm.cache.get_pod("default", "web"),
-                                                                     phase="Running"))])
-    deleting = records.pod_batch_record([records.deletion_update(pod, 50.0)])
-    topic_reader = ClusterCache()
-    for offset, (topic, _key, value) in enumerate([*applied, bound, running, deleting]):
-        topic_reader.apply(topic, value, offset)
+    s, topic_reader = _a_step_behind(lambda pod: records.pod_batch_record([records.deletion_update(pod, 50.0)]))
     relabelled = POD.format(name="web").replace("namespace: default}", "namespace: default, labels: {tier: front}}")
     assert list(apply(s, relabelled).applied) == ["pod/default/web configured"]
     for offset, (topic, _key, value) in enumerate(s.qm.producer.sent, start=200):
