@@ -217,10 +217,13 @@ def binding_update(pod: Pod, node_name: str, source: str = "", traceparent: str 
 
 def status_update(pod: Pod, source: str = "") -> events_pb2.PodRecord:
     """A kubelet's status report (phase, startTime, conditions, and status.reason / message when
-    set, e.g. Evicted or OutOfcpu) as a delta."""
+    set, e.g. Evicted or OutOfcpu) as a delta. Its conditions are merged by type, as the kubelet's
+    status manager keeps the conditions it does not own: a DisruptionTarget an eviction or a
+    preemption set after the agent's copy was taken stays."""
     rec = events_pb2.PodRecord(source=source)
     u = rec.update
     u.uid, u.phase, u.start_time = pod.uid, pod.phase, pod.start_time or 0.0
+    u.merge_conditions = True
     u.status_reason, u.status_message = pod.status_reason, pod.status_message
     for c in pod.conditions:
         u.conditions.add(type=c.type, status=c.status, reason=c.reason, message=c.message)

@@ -98,6 +98,20 @@ def test_a_disruption_target_is_patched_onto_the_conditions_its_writer_has_not_r
     assert p.conditions == [target, PodCondition("Ready", "True")]
 
 
+def test_a_kubelet_report_keeps_a_condition_it_has_not_read():
+    """The agent's Running report, from its copy taken before a preemption's DisruptionTarget
+    landed: the report's conditions are merged by type, the DisruptionTarget stays."""
+    copy = Pod(meta=ObjectMeta(name="p", namespace="default", uid="u1"), node_name="n1",
+               conditions=[PodCondition("PodScheduled", "True")])
+    target = PodCondition("DisruptionTarget", "True", "PreemptionByScheduler", "by p-high")
+    marked = records.apply_update(copy, records.deletion_update(copy, 7.0, "preemption", target).update)
+    report = Pod(meta=copy.meta, node_name="n1", phase="Running",
+                 conditions=[PodCondition("PodScheduled", "True"), PodCondition("Ready", "True")])
+    p = records.apply_update(marked, records.status_update(report, "agent").update)
+    assert p.phase == "Running" and p.meta.deletion_timestamp == 7.0
+    assert p.conditions == [PodCondition("PodScheduled", "True"), target, PodCondition("Ready", "True")]
+
+
 def test_a_failed_attempts_patch_leaves_alone_what_landed_before_it():
     """Published from the scheduler's copy of the pod, the patch must not undo a deletion, an
     Apply's label change or a binding that reached the topic first (a whole copy did all three)."""
