@@ -98,3 +98,36 @@ def test_spent_budget_counts_before_it_comes_back_and_expires():
     with fed.cache.lock:
         later = dc.status_of(fed.cache.pdbs["default/web"], T0 + 121)
     assert (later.current_healthy, later.disruptions_allowed, dict(later.disrupted_pods)) == (3, 1, {})
+
+
+def test_a_pass_computes_only_the_budgets_whose_pods_or_record_changed():
+    """Each PDB counts its namespace's pods (140 ms for ten PDBs over 15,000 pods): another pod's
+    change leaves a PDB alone; a pod it selects, its own record or a deleted pod of its namespace
+    does not (kube counts ended pods in expectedPods, and an ended pod's deletion reaches no
+    listener)."""
+    import dataclasses
+
+    from schedmesh.mesh.records import pod_record
+    fed = FedCache()
+    fed.add(pdb("web", match_labels={"app": "web"}, min_available="2"), *web(3))
+    dc = DisruptionController(fed.cache)
+    fed.apply(dc.sync(T0))
+    dc.sync(T0 + 1)  # its status came back: looked at once
+    computed = []
+    real = dc.status_of
+    dc.status_of = lambda p, now, pods=None: (computed.append(p.name), real(p, now, pods))[1]
+    fed.add(bound(pod("db-0", labels={"app": "db"}), "n1"))
+    dc.sync(T0 + 2)
+    assert computed == []
+    fed.add(bound(pod("web-3", labels={"app": "web"}), "n1"))
+    recs = dc.sync(T0 + 3)
+    (p,) = published(recs)
+    assert computed == ["web"] and p.expected_pods == 4
+    fed.apply(recs)
+    ended = dataclasses.replace(fed.cache.get_pod("default", "web-3"), phase="Failed")
+    fed.add(ended)
+    dc.sync(T0 + 4)
+    computed.clear()
+    fed.apply([pod_record(ended, deleted=True)])
+    dc.sync(T0 + 5)
+    assert computed == ["web"]
