@@ -11,9 +11,8 @@ from schedmesh.api.load import load_text
 from schedmesh.api.types import NO_EXECUTE, NO_SCHEDULE, DaemonSet, PodCondition, PriorityClass, Taint
 from schedmesh.eviction.testkit import T0, node
 from schedmesh.mesh.controllers.daemonset import DaemonSetController
-from schedmesh.mesh.controllers.testkit import FedCache
+from schedmesh.mesh.controllers.testkit import FedCache, pod_changes
 from schedmesh.mesh.records import daemon_set_record, node_record, node_update, pod_record, priority_class_record
-from schedmesh.v1 import events_pb2
 from schedmesh.workloads.daemonset import CONTROLLER_REVISION_HASH_LABEL, target_node
 
 
@@ -36,21 +35,9 @@ spec:
 def changes(fed: FedCache, recs) -> tuple[dict[str, str], list[str], list[str]]:
     """Apply the controller's records back; returns (pods created -> their node, pods deleted at
     once, pods marked for deletion), by name."""
-    names = {p.uid: p.name for p in fed.cache.pods.values()}
-    created, deleted, marked = {}, [], []
-    for topic, _key, value in recs:
-        assert topic == "schedmesh.pods"
-        msg = events_pb2.PodRecord.FromString(value)
-        for r in (msg.batch if len(msg.batch) else [msg]):
-            if r.HasField("update"):
-                assert r.update.deletion_timestamp
-                marked.append(names[r.update.uid])
-            elif r.deleted:
-                deleted.append(r.pod.metadata.name)
-            else:
-                created[r.pod.metadata.name] = r.pod.affinity.node_affinity.required.terms[0].match_fields[0].values[0]
-    fed.apply(recs)
-    return created, sorted(deleted), sorted(marked)
+    created, deleted, marked = pod_changes(fed, recs)
+    return ({r.pod.metadata.name: r.pod.affinity.node_affinity.required.terms[0].match_fields[0].values[0]
+             for r in created}, sorted(deleted), sorted(marked))
 
 
 def mesh(*nodes, ds: DaemonSet | None = None) -> tuple[FedCache, DaemonSetController]:

@@ -13,10 +13,9 @@ import re
 from schedmesh.api.load import Manifests, admit_all, load_text
 from schedmesh.api.types import PodCondition, PriorityClass, WorkloadSelector
 from schedmesh.eviction.testkit import T0, node
-from schedmesh.mesh.controllers.testkit import FedCache
+from schedmesh.mesh.controllers.testkit import FedCache, pod_changes
 from schedmesh.mesh.controllers.workloads import APPLY_GRACE, WorkloadController
 from schedmesh.mesh.records import pod_record, priority_class_record, workload_record
-from schedmesh.v1 import events_pb2
 
 GENERATED = "[bcdfghjklmnpqrstvwxz2456789]{5}"
 
@@ -58,21 +57,8 @@ def mesh(*nodes) -> tuple[FedCache, WorkloadController]:
 
 def changes(fed: FedCache, recs) -> tuple[list[str], list[str], list[str]]:
     """Apply the controller's records back; (pods created, deleted at once, marked for deletion) by name."""
-    names = {p.uid: p.name for p in fed.cache.pods.values()}
-    created, deleted, marked = [], [], []
-    for topic, _key, value in recs:
-        assert topic == "schedmesh.pods"
-        msg = events_pb2.PodRecord.FromString(value)
-        for r in (msg.batch if len(msg.batch) else [msg]):
-            if r.HasField("update"):
-                assert r.update.deletion_timestamp
-                marked.append(names[r.update.uid])
-            elif r.deleted:
-                deleted.append(r.pod.metadata.name)
-            else:
-                created.append(r.pod.metadata.name)
-    fed.apply(recs)
-    return sorted(created), sorted(deleted), sorted(marked)
+    created, deleted, marked = pod_changes(fed, recs)
+    return sorted(r.pod.metadata.name for r in created), sorted(deleted), sorted(marked)
 
 
 def run_all(fed: FedCache, node_name: str = "n1") -> None:

@@ -41,6 +41,26 @@ class FedCache:
         self.apply(recs)
 
 
+def pod_changes(fed: FedCache, recs) -> tuple[list[events_pb2.PodRecord], list[str], list[str]]:
+    """Apply a pod controller's records back; returns (the pods created, as records; names of the
+    pods deleted at once; names of the pods marked for deletion)."""
+    names = {p.uid: p.name for p in fed.cache.pods.values()}
+    created, deleted, marked = [], [], []
+    for topic, _key, value in recs:
+        assert topic == "schedmesh.pods"
+        msg = events_pb2.PodRecord.FromString(value)
+        for r in (msg.batch if len(msg.batch) else [msg]):
+            if r.HasField("update"):
+                assert r.update.deletion_timestamp
+                marked.append(names[r.update.uid])
+            elif r.deleted:
+                deleted.append(r.pod.metadata.name)
+            else:
+                created.append(r)
+    fed.apply(recs)
+    return created, deleted, marked
+
+
 def bound(pod: Pod, node: str) -> Pod:
     return dataclasses.replace(pod, node_name=node)
 
