@@ -59,9 +59,11 @@ golden: install
 # scheduler_perf's workloads at their 5000Nodes sizes (schedmesh.bench.workloads), then the issue's
 # targets: SchedulingBasic at 5,000 pods (default mesh, then 2 filter + 2 score shards), steady
 # 500 pods/s for latency, 15,000 nodes. Unschedulable's churn cost = 1 - its pods_per_second /
-# the first run's (SchedulingBasic, same sizes). About 33,000 measured pods in 15 meshes: at the
-# mesh's slowest SchedulingBasic rate (41 pods/s) about 14 minutes of scheduling plus about a minute
-# to start, fill and stop each mesh, so well under an hour on 2 cores.
+# the first run's (SchedulingBasic, same sizes). 17 rows, about 33,000 measured pods. Each row is
+# the median of BENCH_REPEAT runs, each in a new mesh (the host's speed moves by a third between
+# runs minutes apart), and keeps every run's figures; at 500-1,500 pods/s and 10-20 s to start,
+# fill and stop a mesh, the suite takes 12-20 minutes on 2 cores.
+BENCH_REPEAT ?= 3
 BENCH_RUNS := \
   "--workload SchedulingBasic" \
   "--workload Unschedulable" \
@@ -91,7 +93,7 @@ bench: install
 	@$(VENV)/bin/schedmesh $(HOST_CALIBRATION) --processes 2 >> bench.json.tmp || exit 1
 	@for run in $(BENCH_RUNS); do \
 	  echo "bench $$run" >&2; \
-	  $(VENV)/bin/schedmesh bench $$run >> bench.json.tmp || exit 1; \
+	  $(VENV)/bin/schedmesh bench $$run --repeat $(BENCH_REPEAT) >> bench.json.tmp || exit 1; \
 	done
 	@echo "$(HOST_CALIBRATION) [--processes 2] (the host's speed, after)" >&2
 	@$(VENV)/bin/schedmesh $(HOST_CALIBRATION) >> bench.json.tmp || exit 1

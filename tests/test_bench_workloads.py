@@ -19,7 +19,7 @@ import pytest
 from schedmesh.api.load import admit_all, load_files, load_text
 from schedmesh.api.to_json import node_to_json, pod_to_json
 from schedmesh.bench.cycle_bench import run as run_cycle_bench, schedule_in_process
-from schedmesh.bench.mesh_bench import _pool_for, cpu_ms_per_pod, cpu_seconds, record_time
+from schedmesh.bench.mesh_bench import _pool_for, cpu_ms_per_pod, cpu_seconds, median_run, record_time
 from schedmesh.bench.workloads import SHAPES, WORKLOAD_NAMES, ZONE_LABEL, build, default_sizes
 from schedmesh.cli.explain import Explainer, fill_times, load_profiles
 from schedmesh.mesh.nodepool import load_pools
@@ -315,6 +315,34 @@ def test_schedmesh_bench_through_a_real_mesh_prints_its_json(tmp_path):
     assert not list(tmp_path.glob(".schedmesh/mesh.json"))  # the bench's mesh is stopped
     # the measured phase began once the init pods had started (as scheduler_perf measures)
     assert "bench: init pods started and the mesh quiet after" in stderr, stderr[-3000:]
+
+
+def _run(pods_per_second, p99, rate=None, total=1.0):
+    return {"workload": "SchedulingBasic", "pods_per_second": pods_per_second, "offered_rate": rate,
+            "latency_ms": {"p50": p99 / 4, "p90": p99 / 2, "p99": p99}, "cpu_ms_per_pod": {"total": total},
+            "peak_rss_mib": pods_per_second}  # (a field only to tell which run was reported whole)
+
+
+def test_repeated_runs_report_the_median_run_whole_with_every_run():
+    runs = [_run(900, 300), _run(1400, 200, total=0.9), _run(1100, 250, total=1.2)]
+    got = median_run(runs)
+    # the median by throughput, all of its own figures (not a mix of runs), then the spread
+    assert (got["pods_per_second"], got["latency_ms"]["p99"], got["peak_rss_mib"]) == (1100, 250, 1100)
+    assert got["repeats"] == 3 and got["pods_per_second_range"] == [900, 1400] and got["p99_ms_range"] == [200, 300]
+    assert [r["pods_per_second"] for r in got["runs"]] == [900, 1400, 1100]
+    assert [r["cpu_ms_per_pod_total"] for r in got["runs"]] == [1.0, 0.9, 1.2]
+    # of two, the worse: the lower throughput
+    assert median_run([_run(1400, 200), _run(900, 300)])["pods_per_second"] == 900
+    # one run is reported as it is
+    assert median_run([runs[0]]) == runs[0]
+
+
+def test_repeated_runs_at_an_offered_rate_report_the_median_latency():
+    """At a steady rate every run achieves about the rate: the runs differ in latency."""
+    runs = [_run(499, 90, rate=500), _run(497, 310, rate=500), _run(500, 120, rate=500), _run(498, 60, rate=500)]
+    got = median_run(runs)
+    assert got["latency_ms"]["p99"] == 120 and got["pods_per_second"] == 500  # of 90 and 120, the worse
+    assert got["p99_ms_range"] == [60, 310]
 
 
 def test_the_watcher_times_a_record_by_its_kafka_timestamp():
