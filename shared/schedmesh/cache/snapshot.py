@@ -440,6 +440,11 @@ class Snapshot:
         finally:
             self._status_update = False
 
+    @property
+    def pod_count(self) -> int:
+        """Pods on the snapshot's nodes (bound or assumed)."""
+        return len(self._pod_node)
+
     def node_of(self, uid: str) -> Optional[str]:
         """The node a pod is on (bound or assumed) in this snapshot, if any."""
         return self._pod_node.get(uid)

@@ -70,7 +70,7 @@ from schedmesh.mesh.nodepool import KubeletModel, PoolError, SimulatedNode, load
 from schedmesh.mesh.records import (apply_node_update, apply_update, event_batch_record, event_batch_records,
                                     expand, node_batch_records, node_update, pod_batch_record, pod_batch_records,
                                     pod_message, pod_record, status_update)
-from schedmesh.mesh.runtime import ServiceProcess
+from schedmesh.mesh.runtime import HeapFreezer, ServiceProcess
 from schedmesh.telemetry import k8s_attributes, metrics
 from schedmesh.telemetry.propagation import context_from_traceparent
 from schedmesh.v1 import events_pb2
@@ -354,6 +354,8 @@ class KubeletAgent:
         self.producer = EventProducer(bootstrap, topics=AGENT_TOPICS, client_id=name, on_restart=self._bus_restarted)
         self.consumer = EventConsumer(bootstrap, [TOPIC_NODES, TOPIC_PODS], client_id=name,
                                       on_restart=self._bus_restarted, **watcher_options())
+        # every pod this agent knows and every node it runs: frozen as they grow (HeapFreezer)
+        self.heap = HeapFreezer(lambda: len(self._where) + len(self._unbound) + len(self.nodes))
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self, timeout: float = 60.0) -> None:
@@ -367,6 +369,7 @@ class KubeletAgent:
                 await self.handle(r)
         finally:
             self._replaying = False
+        self.heap.after_apply()
         await self._after_replay()
         await self.register()
         now = self.clock()
@@ -380,8 +383,11 @@ class KubeletAgent:
 
     async def follow(self) -> None:
         while True:
-            for r in await self.consumer.getmany(timeout=0.5):
+            records = await self.consumer.getmany(timeout=0.5)
+            for r in records:
                 await self.handle(r)
+            if records:
+                self.heap.after_apply()
             await self._register_served()
 
     async def _register_served(self) -> None:

@@ -22,6 +22,7 @@ from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh.answers import node_local
 from schedmesh.mesh.batch import bitmap_bytes, encode_raw, rows_bytes
 from schedmesh.mesh.partition import shard_of
+from schedmesh.mesh.runtime import HeapFreezer
 from schedmesh.mesh.shard_feed import FedCluster, FeedRefused
 from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm, rotated
 from schedmesh.telemetry import extract_grpc_metadata, k8s_attributes
@@ -60,6 +61,8 @@ class NodeShard:
         # Where request time goes, logged every 100 requests (every 10 batches): waiting for and
         # applying the request's feed, evaluating.
         self._timing = {"requests": 0, "pods": 0, "feed": 0.0, "eval": 0.0}
+        # the nodes and pods its feeds keep: frozen as they grow (HeapFreezer)
+        self.heap = HeapFreezer(lambda: len(cluster.snapshot.node_info_map) + cluster.snapshot.pod_count)
 
     def _account(self, feed: float, evaluate: float, pods: int = 1) -> None:
         t = self._timing
@@ -101,6 +104,7 @@ class NodeShard:
                 return evaluate(snap)
             finally:
                 self._account(t1 - t0, time.perf_counter() - t1, pods)
+                self.heap.after_apply()
 
     def _only_node_local(self, view: spb.ClusterView, fw: Framework, pod) -> None:
         if view.shard_feed.shard_count and not node_local(fw, pod):

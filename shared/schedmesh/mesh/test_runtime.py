@@ -18,7 +18,7 @@ from schedmesh.bus import EventProducer
 from schedmesh.bus.watch import cancel_and_wait
 from schedmesh.mesh import records
 from schedmesh.mesh.cluster_cache import TOPIC_NAMESPACES, ClusterCache
-from schedmesh.mesh.runtime import DEFAULT_GC_THRESHOLDS, CacheFollower, tune_gc
+from schedmesh.mesh.runtime import DEFAULT_GC_THRESHOLDS, CacheFollower, HeapFreezer, tune_gc
 
 REVISIONS = 12  # records of the namespace on the lost broker; its owner re-publishes one
 
@@ -160,6 +160,7 @@ def test_applied_records_are_counted_per_topic_once_per_batch(monkeypatch):
     monkeypatch.setattr(metrics, "observe_records_applied", lambda topic, n=1: updates.append((topic, n)))
     follower = CacheFollower.__new__(CacheFollower)
     follower.cache, follower.on_record = Cache(), None
+    follower.heap = HeapFreezer(lambda: 0)
     batch = [Record("a", 0, 0, None, b"1"), Record("b", 0, 0, None, b"2"), Record("a", 0, 1, None, None),
              Record("a", 0, 2, None, b"bad"), Record("a", 0, 3, None, b"3")]
     follower.apply_records(batch)
