@@ -237,7 +237,10 @@ class PodIndex:
         if self._synced_at == gen and (not labels or self._labels_at == gen):
             return
         if self._changes is None:
-            self._changes = snapshot.watch_changes()  # for the snapshot's lifetime, as this index
+            # For the snapshot's lifetime, as this index. A binding or a status report (the same pod
+            # on the same node, its labels and terms unchanged: same_but_status) changes nothing
+            # indexed here; each pod's binding and Running report made its row read twice more.
+            self._changes = snapshot.watch_changes(ignore_status_updates=True)
         changed = self._changes.take_rows()
         self._terms.changed_rows |= changed
         self._labels.changed_rows |= changed

@@ -49,7 +49,10 @@ class PodLabelIndex:
             return self  # nothing changed since the last refresh
         self._snapshot_gen = snapshot.generation
         if self._changes is None:
-            self._changes = snapshot.watch_changes()  # for the snapshot's lifetime, as this index
+            # For the snapshot's lifetime, as this index. A binding or a status report (the same pod
+            # on the same node, its labels and terms unchanged: same_but_status) changes nothing
+            # indexed here; each pod's binding and Running report made its row read twice more.
+            self._changes = snapshot.watch_changes(ignore_status_updates=True)
         changed_rows = self._changes.take_rows()
         infos = snapshot.node_info_list
         n = len(infos)
