@@ -306,6 +306,11 @@ def _apply(client, items: list[dict], source: str) -> None:
                 timeout=300)
 
 
+def log(line: str) -> None:
+    """Progress, on stderr (stdout carries the JSON)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def median_run(results: list[dict]) -> dict:
     """One JSON object for runs of the same bench: the median run (by pods_per_second; at an
     offered rate, where every run achieves about the rate, by latency p99), whole, so that its
@@ -329,7 +334,6 @@ def median_run(results: list[dict]) -> dict:
 def main(args: argparse.Namespace) -> int:
     """Measure `--repeat` times (each run its own mesh) and print one JSON object (median_run);
     non-zero when any run did not bind every pod it should."""
-    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     results: list[dict] = []
     failed = False
     for i in range(max(1, args.repeat)):
@@ -357,7 +361,6 @@ def run_once(args: argparse.Namespace) -> tuple[bool, dict]:
     nodes, init, unschedulable, pending = workload.nodes, workload.init, workload.unschedulable, workload.measured
     run = uuid.uuid4().hex[:6]
     prefix = f"b{run}-"
-    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
 
     base: Optional[Path] = None
     ok = False

@@ -115,11 +115,10 @@ class HeapFreezer:
     a few dozen from an empty cache to a million objects. gc.freeze moves the generations' lists
     whole: it costs nothing."""
 
-    def __init__(self, size: Callable[[], int], growth: float = 0.25, minimum: int = 1000,
-                 enabled: Optional[bool] = None) -> None:
+    def __init__(self, size: Callable[[], int], growth: float = 0.25, minimum: int = 1000) -> None:
         self._size = size
         self.growth, self.minimum = growth, minimum
-        self.enabled = freezing_from_env() if enabled is None else enabled
+        self.enabled = freezing_from_env()
         self.frozen_at = 0  # the cache's size at the last freeze
         self.freezes = 0
 
@@ -286,7 +285,7 @@ class CacheFollower:
         # consumer and ends its pause between fetches; expect_records(now=False) only wakes it
         cache.wakers.append(lambda now: self.consumer.hurry() if now else self.consumer.wake())
         self._lag = metrics.ConsumerLagSampler(client_id)
-        self.heap = HeapFreezer(lambda: len(cache.pods) + len(cache.snapshot.node_info_map))
+        self.heap = HeapFreezer(lambda: len(cache.pods) + cache.snapshot.num_nodes())
 
     async def _restarted(self) -> None:
         # A memory-only broker came back empty: offsets start again from 0. Keep the cached

@@ -62,7 +62,7 @@ class NodeShard:
         # applying the request's feed, evaluating.
         self._timing = {"requests": 0, "pods": 0, "feed": 0.0, "eval": 0.0}
         # the nodes and pods its feeds keep: frozen as they grow (HeapFreezer)
-        self.heap = HeapFreezer(lambda: len(cluster.snapshot.node_info_map) + cluster.snapshot.pod_count)
+        self.heap = HeapFreezer(lambda: cluster.snapshot.num_nodes() + cluster.snapshot.pod_count)
 
     def _account(self, feed: float, evaluate: float, pods: int = 1) -> None:
         t = self._timing
