@@ -46,6 +46,35 @@ class AffinityTerm:
 class WeightedAffinityTerm:
     term: AffinityTerm
     weight: int
+    _hash: Optional[int] = field(default=None, init=False, repr=False, compare=False)  # as AffinityTerm's
+
+    def __hash__(self) -> int:
+        h = self._hash
+        if h is None:
+            h = hash((self.term, self.weight))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __reduce__(self):
+        return WeightedAffinityTerm, (self.term, self.weight)
+
+
+# Equal terms of different pods (a workload's replicas) are one object. The affinity index
+# (pod_index.py) looks its keys up at every node re-read, and two equal but distinct terms were
+# compared field by field, selectors walked, each time (a seventh of the cycle of
+# SchedulingPreferredPodAffinity); the same object compares by identity. Bounded: past the limit
+# the table starts over (terms made before it stay valid, merely not shared with later ones).
+_INTERNED: dict = {}
+_INTERNED_LIMIT = 1 << 16
+
+
+def _interned(term):
+    got = _INTERNED.get(term)
+    if got is None:
+        if len(_INTERNED) >= _INTERNED_LIMIT:
+            _INTERNED.clear()
+        got = _INTERNED[term] = term
+    return got
 
 
 def new_affinity_term(pod: Pod, t: PodAffinityTerm) -> AffinityTerm:
@@ -53,7 +82,11 @@ def new_affinity_term(pod: Pod, t: PodAffinityTerm) -> AffinityTerm:
         namespaces = frozenset((pod.meta.namespace,))
     else:
         namespaces = frozenset(t.namespaces)
-    return AffinityTerm(namespaces, t.label_selector, t.topology_key, t.namespace_selector)
+    return _interned(AffinityTerm(namespaces, t.label_selector, t.topology_key, t.namespace_selector))
+
+
+def new_weighted_affinity_term(pod: Pod, w) -> WeightedAffinityTerm:
+    return _interned(WeightedAffinityTerm(new_affinity_term(pod, w.term), w.weight))
 
 
 class PodInfo:
@@ -70,9 +103,9 @@ class PodInfo:
         self.required_affinity_terms = [new_affinity_term(pod, t) for t in pa.required] if pa else []
         self.required_anti_affinity_terms = [new_affinity_term(pod, t) for t in paa.required] if paa else []
         self.preferred_affinity_terms = (
-            [WeightedAffinityTerm(new_affinity_term(pod, w.term), w.weight) for w in pa.preferred] if pa else [])
+            [new_weighted_affinity_term(pod, w) for w in pa.preferred] if pa else [])
         self.preferred_anti_affinity_terms = (
-            [WeightedAffinityTerm(new_affinity_term(pod, w.term), w.weight) for w in paa.preferred] if paa else [])
+            [new_weighted_affinity_term(pod, w) for w in paa.preferred] if paa else [])
         self._resource: Optional[PodResource] = None
 
     def with_pod(self, pod: Pod) -> "PodInfo":
