@@ -414,37 +414,59 @@ class PluginError(Exception):
 
 
 class NodeToStatus:
-    """Per-node failure statuses, plus one status for nodes absent from the map (kube's NodeToStatus)."""
+    """Per-node failure statuses, plus one status for nodes absent from the map (kube's NodeToStatus).
 
-    __slots__ = ("_map", "absent")
+    A search's rejected nodes come in chunks of rows (`add_rows`) and are named and put in the
+    map only when it is first read: a pod that finds its nodes never reads them, and naming
+    every rejected node was a sixth of SchedulingPodAntiAffinity's cycle."""
+
+    __slots__ = ("_map", "absent", "_pending", "_pending_count")
 
     def __init__(self) -> None:
         self._map: dict[str, Status] = {}
         # Nodes not in the map were not evaluated; by default they are unresolvable so
         # preemption will not try them.
         self.absent: Status = Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+        self._pending: list[tuple[Sequence[str], np.ndarray, np.ndarray, Sequence[Status]]] = []
+        self._pending_count = 0
+
+    def add_rows(self, names: Sequence[str], rows: np.ndarray, status_index: np.ndarray,
+                 statuses: Sequence[Status]) -> None:
+        """Node names[r] of each of `rows` failed with statuses[status_index[i]]. The rows are
+        nodes not in the map yet nor in an earlier add_rows (a search's disjoint chunks), and
+        `names` a list never changed (a snapshot's columns make a new one when nodes change)."""
+        if len(rows):
+            self._pending.append((names, rows, status_index, statuses))
+            self._pending_count += len(rows)
+
+    def _named(self) -> dict[str, Status]:
+        if self._pending:
+            for names, rows, index, statuses in self._pending:
+                self._map.update(zip([names[r] for r in rows.tolist()], [statuses[i] for i in index.tolist()]))
+            self._pending, self._pending_count = [], 0
+        return self._map
 
     def set(self, node: str, status: Status) -> None:
-        self._map[node] = status
+        self._named()[node] = status
 
     def update(self, pairs) -> None:
         """Set many (node, status) pairs at once."""
-        self._map.update(pairs)
+        self._named().update(pairs)
 
     def get(self, node: str) -> Status:
-        return self._map.get(node, self.absent)
+        return self._named().get(node, self.absent)
 
     def items(self) -> Iterable[tuple[str, Status]]:
-        return self._map.items()
+        return self._named().items()
 
     def __len__(self) -> int:
-        return len(self._map)
+        return len(self._map) + self._pending_count
 
     def __contains__(self, node: str) -> bool:
-        return node in self._map
+        return node in self._named()
 
     def nodes_for_status_code(self, all_nodes: Sequence[str], code: Code) -> list[str]:
         """Names of the nodes (explicit or absent) whose status has this code."""
         if self.absent.code == code:
             return [n for n in all_nodes if self.get(n).code == code]
-        return [n for n, s in self._map.items() if s.code == code]
+        return [n for n, s in self._named().items() if s.code == code]

@@ -142,7 +142,7 @@ def test_a_stale_whole_cluster_feed_is_refused():
 def anti_affinity_pod(name: str) -> "Pod":
     from schedmesh.api.types import Affinity, LabelSelector, PodAffinity, PodAffinityTerm
     pod = make_pod(name, labels={"app": "db"})
-    term = PodAffinityTerm(topology_key="topology.kubernetes.io/zone", label_selector=LabelSelector({"app": "db"}))
+    term = PodAffinityTerm(topology_key="topology.kubernetes.io/zone", label_selector=LabelSelector.of({"app": "db"}))
     pod.affinity = Affinity(None, None, PodAffinity(required=[term]))
     return pod
 

@@ -271,8 +271,8 @@ class SchedulingAlgorithm:
             part = ordered[pos:pos + chunk]
             pos += len(part)
             position[part] = np.arange(len(part))
-            feasible, rows, statuses = self._filter_chunk(fw, state, pod, snapshot, part, nominated_rows,
-                                                          nominator, position)
+            feasible, rows, index, statuses = self._filter_chunk(fw, state, pod, snapshot, part, nominated_rows,
+                                                                 nominator, position)
             need = to_find - n_found
             if not search_all and len(feasible) > need:
                 # The (to_find+1)-th feasible node cancels the search: it and everything after
@@ -280,14 +280,13 @@ class SchedulingAlgorithm:
                 cutoff = position[feasible[need]]
                 feasible = feasible[:need]
                 keep = position[rows] < cutoff
-                rows = rows[keep]
-                statuses = [st for st, k in zip(statuses, keep.tolist()) if k]
+                rows, index = rows[keep], index[keep]
                 pos = len(ordered)
             found.append(feasible)
             n_found += len(feasible)
-            diagnosis.node_to_status.update(zip([names[r] for r in rows.tolist()], statuses))
-            for st in {id(st): st for st in statuses}.values():
-                diagnosis.add_plugin_status(st)
+            diagnosis.node_to_status.add_rows(names, rows, index, statuses)
+            for i in set(index.tolist()):  # each way of failing once
+                diagnosis.add_plugin_status(statuses[i])
         return np.concatenate(found) if found else np.empty(0, np.int64)
 
     def filter_rows(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot", rows: np.ndarray,
@@ -301,22 +300,26 @@ class SchedulingAlgorithm:
         try:
             position = np.empty(snapshot.cols.n, np.int64)
             position[rows] = np.arange(len(rows))
-            out = self._filter_chunk(fw, state, pod, snapshot, rows,
-                                     self._rows_with_nominated_pods(pod, snapshot, nominator), nominator, position)
+            feasible, rejected, index, statuses = self._filter_chunk(
+                fw, state, pod, snapshot, rows, self._rows_with_nominated_pods(pod, snapshot, nominator), nominator,
+                position)
             code = Code.SUCCESS
-            return out
+            return feasible, rejected, [statuses[i] for i in index.tolist()]
         finally:
             if observe or code != Code.SUCCESS:
                 fw.observe_extension_point("Filter", code, perf_counter() - t0)
 
     def _filter_chunk(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot", part: np.ndarray,
                       nominated_rows: set[int], nominator: Optional[Nominator],
-                      position: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[Status]]:
+                      position: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Status]]:
+        """Feasible rows, rejected rows, and for each rejected row the index of its status in
+        the statuses returned (nodes that failed the same way share one)."""
         if nominated_rows:
-            return self._filter_chunk_with_nominated(fw, state, pod, snapshot, part, nominated_rows, nominator,
-                                                     position)
+            feasible, rejected, statuses = self._filter_chunk_with_nominated(
+                fw, state, pod, snapshot, part, nominated_rows, nominator, position)
+            return feasible, rejected, np.arange(len(statuses)), statuses
         out = fw.run_filter_nodes(state, pod, snapshot, part)
-        return out.feasible, out.rejected_rows, [out.statuses[i] for i in out.rejected_status_index.tolist()]
+        return out.feasible, out.rejected_rows, out.rejected_status_index, out.statuses
 
     def _filter_chunk_with_nominated(self, fw: Framework, state: CycleState, pod: "Pod", snapshot: "Snapshot",
                                      part: np.ndarray, nominated_rows: set[int], nominator: Optional[Nominator],
