@@ -10,8 +10,7 @@ from schedmesh.api.types import Pod
 from schedmesh.cache.node_info import PodInfo
 from schedmesh.cache.snapshot import Columns, Snapshot
 from schedmesh.framework.interface import FilterVerdicts, Status
-from schedmesh.plugins.inter_pod_affinity.pod_index import (concat_placement, label_groups_matching_all,
-                                                            pod_index)
+from schedmesh.plugins.inter_pod_affinity.pod_index import label_groups_matching_all, pod_index
 from schedmesh.plugins.inter_pod_affinity.terms import NsLabelsOf, incoming_term_matches, matches_all
 from schedmesh.plugins.inter_pod_affinity.topology import TopologyCounts
 
@@ -73,29 +72,29 @@ def compute_pre_filter_state(pod: Pod, snapshot: Snapshot) -> Optional[PreFilter
     index = pod_index(snapshot, labels=bool(req_affinity or req_anti))
     token = index.token
 
+    # Each group's nodes added at once, from its pods' counts per topology value (Group.totals).
     existing = TopologyCounts(cols)
     if anti_nodes:
         for terms, group in index.by_anti_terms.items():
-            matching = [t for t in terms if t.matches(pod, ns_labels)]
-            if matching:
-                rows, counts = group.placement(token)
-                for t in matching:
-                    existing.add_rows(t.topology_key, rows, counts)
+            for t in terms:
+                if t.matches(pod, ns_labels):
+                    key = t.topology_key
+                    existing.add_totals(key, *group.totals(token, key, cols.label(key)), 1)
     if existing.is_empty() and not req_affinity and not req_anti:
         return None
 
     affinity = TopologyCounts(cols)
     if req_affinity:
-        rows, counts = concat_placement(label_groups_matching_all(index, req_affinity, ns_labels_of), token)
-        if len(rows):
+        for group in label_groups_matching_all(index, req_affinity, ns_labels_of):
             for t in req_affinity:
-                affinity.add_rows(t.topology_key, rows, counts)
+                key = t.topology_key
+                affinity.add_totals(key, *group.totals(token, key, cols.label(key)), 1)
     anti = TopologyCounts(cols)
     for t in req_anti:
-        groups = [g for g in index.by_labels.values() if incoming_term_matches(t, g.sample, ns_labels_of)]
-        rows, counts = concat_placement(groups, token)
-        if len(rows):
-            anti.add_rows(t.topology_key, rows, counts)
+        key = t.topology_key
+        for group in index.by_labels.values():
+            if incoming_term_matches(t, group.sample, ns_labels_of):
+                anti.add_totals(key, *group.totals(token, key, cols.label(key)), 1)
     return PreFilterState(pi, ns_labels, ns_labels_of, cols, existing, affinity, anti,
                           matches_all(req_affinity, pod, ns_labels_of))
 

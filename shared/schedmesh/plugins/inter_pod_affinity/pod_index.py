@@ -21,7 +21,7 @@ import numpy as np
 
 from schedmesh.api.types import ObjectMeta, Pod
 from schedmesh.cache.node_info import AffinityTerm, NodeInfo, WeightedAffinityTerm
-from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
+from schedmesh.cache.snapshot import MISSING, LabelColumn, Snapshot, SnapshotChanges
 from schedmesh.plugins.inter_pod_affinity.terms import NsLabelsOf, matches_all
 
 # (namespace, labels as items). Equal label sets listed in another order make a second group
@@ -32,13 +32,26 @@ AntiKey = tuple[AffinityTerm, ...]  # required anti-affinity terms
 AffinityKey = tuple[tuple[AffinityTerm, ...], tuple[WeightedAffinityTerm, ...], tuple[WeightedAffinityTerm, ...]]
 
 
+class _Totals:
+    """A group's pod counts summed per value of one topology key (Group.totals)."""
+
+    __slots__ = ("column", "per_code", "labeled", "codes")
+
+    def __init__(self, column: LabelColumn, per_code: np.ndarray, labeled: int, codes: np.ndarray) -> None:
+        self.column = column  # the snapshot columns' label column the codes are of
+        self.per_code = per_code  # one slot per value of the key, and a last one (no label) kept 0
+        self.labeled = labeled  # how many of the group's nodes have the label
+        self.codes = codes  # each of the group's positions: its node's code (MISSING: no label)
+
+
 class Group:
     """Pods that match alike: on which nodes they run, and how many on each.
 
     Kept as parallel arrays updated in place: a pod joining a group of 5,000 nodes (every
-    scheduled pod of an affinity workload) is one row written, not the group rebuilt."""
+    scheduled pod of an affinity workload) is one row written, not the group rebuilt. The sums
+    per topology value that PreFilter and PreScore add up (`totals`) are kept the same way."""
 
-    __slots__ = ("sample", "_slot", "_infos", "_rows", "_counts", "_token", "_cache")
+    __slots__ = ("sample", "_slot", "_infos", "_rows", "_counts", "_token", "_cache", "_totals", "_totals_token")
 
     def __init__(self, sample: object) -> None:
         self.sample = sample  # a stand-in pod (label groups) or the terms (term groups)
@@ -48,6 +61,8 @@ class Group:
         self._counts = np.empty(4, np.int64)
         self._token: object = None  # the node list _rows are valid for
         self._cache: Optional[tuple[np.ndarray, np.ndarray]] = None
+        self._totals: dict[str, _Totals] = {}  # topology key -> its sums, for _totals_token
+        self._totals_token: object = None
 
     @classmethod
     def of(cls, sample: object, infos: list[NodeInfo], counts: list[int]) -> "Group":
@@ -67,6 +82,10 @@ class Group:
         pos = self._slot.get(id(ni))
         if pos is not None:
             self._counts[pos] += delta
+            for t in self._totals.values():
+                code = t.codes[pos]
+                if code != MISSING:
+                    t.per_code[code] += delta
             if self._counts[pos] == 0:
                 self._drop(pos)
             return
@@ -78,11 +97,26 @@ class Group:
         self._infos.append(ni)
         self._rows[pos] = ni.index  # the index of the node list being synced (see placement)
         self._counts[pos] = delta
+        for key in list(self._totals):
+            t = self._totals[key]
+            if not 0 <= ni.index < len(t.column.codes):  # a node list the sums are not of: made again when asked
+                del self._totals[key]
+                continue
+            if pos == len(t.codes):
+                t.codes = np.resize(t.codes, max(4, 2 * pos))
+            code = t.codes[pos] = t.column.codes[ni.index]
+            if code != MISSING:
+                t.per_code[code] += delta
+                t.labeled += 1
 
     def _drop(self, pos: int) -> None:
         """The last entry takes the dropped one's place."""
         last = len(self._infos) - 1
         gone = self._infos[pos]
+        for t in self._totals.values():
+            if t.codes[pos] != MISSING:
+                t.labeled -= 1
+            t.codes[pos] = t.codes[last]
         if pos != last:
             moved = self._infos[last]
             self._infos[pos] = moved
@@ -108,6 +142,24 @@ class Group:
             n = len(self._infos)
             c = self._cache = (self._rows[:n].copy(), self._counts[:n].copy())
         return c
+
+    def totals(self, token: object, key: str, column: LabelColumn) -> tuple[np.ndarray, int]:
+        """The group's pod counts summed per value of `key` (`column`: its codes in the columns of
+        the node list `token`), the last slot (nodes without the label) 0, and how many of its
+        nodes have the label: what TopologyCounts.add_totals adds. Kept as pods join
+        and leave; made again for another node list or columns. The array is not the caller's."""
+        if self._totals_token is not token:
+            self._totals, self._totals_token = {}, token
+        t = self._totals.get(key)
+        if t is None or t.column is not column:
+            rows, counts = self.placement(token)
+            codes = np.empty(max(4, len(self._rows)), np.int32)
+            codes[:len(rows)] = column.codes[rows]
+            has = codes[:len(rows)] != MISSING
+            per_code = np.zeros(len(column.values) + 1, np.int64)
+            np.add.at(per_code, codes[:len(rows)][has], counts[has])
+            t = self._totals[key] = _Totals(column, per_code, int(has.sum()), codes)
+        return t.per_code, t.labeled
 
 
 def _stand_in(key: LabelKey) -> Pod:

@@ -1154,6 +1154,51 @@ def test_group_placement_follows_changes_in_place():
     assert {rebuilt[r].name: int(c) for r, c in zip(rows, counts)} == want
 
 
+def test_group_totals_follow_changes_as_adding_each_row_would():
+    """Group.totals (pod counts summed per topology value, kept as pods come and go) equals
+    summing the group's placement row by row, after any sequence of joins, leaves and counts
+    back to zero, whether or not it was asked in between; nodes without the label count in
+    neither the sums nor `labeled`; a rebuilt node list (new codes) is summed again."""
+    from schedmesh.plugins.inter_pod_affinity.pod_index import Group
+    snap = cluster([node(f"n{i}", zone=f"z{i % 3}") for i in range(9)] + [node("bare"), node("bare2")])
+    rng = random.Random(11)
+    g, want = Group(None), {}
+
+    def check(infos):
+        column = snap.cols.label("zone")
+        per_code, labeled = g.totals(infos, "zone", column)
+        rows = {ni.name: ni.index for ni in infos}
+        expected = np.zeros(len(column.values) + 1, np.int64)
+        for name, count in want.items():
+            code = column.codes[rows[name]]
+            if code >= 0:
+                expected[code] += count
+        assert per_code.tolist() == expected.tolist()
+        assert labeled == sum(1 for name in want if column.codes[rows[name]] >= 0)
+
+    infos = snap.node_info_list
+    for _ in range(400):
+        ni = rng.choice(infos)
+        delta = -want[ni.name] if ni.name in want and rng.random() < 0.3 else rng.randint(1, 3)
+        g.change(ni, delta)
+        want[ni.name] = want.get(ni.name, 0) + delta
+        if want[ni.name] == 0:
+            del want[ni.name]
+        if rng.random() < 0.6:  # else several changes come before the next question
+            check(infos)
+    check(infos)
+    snap.add_node(the_node(node("a0", zone="z0")))  # a new node first: every row and code moves
+    rebuilt = snap.node_info_list
+    assert rebuilt is not infos
+    ni = next(ni for ni in rebuilt if ni.name == "a0")
+    g.change(ni, 2)  # (before the sums are asked for the new list)
+    want["a0"] = 2
+    check(rebuilt)
+    g.change(ni, -2)
+    del want["a0"]
+    check(rebuilt)
+
+
 def test_snapshot_lists_of_nodes_with_affinity_pods_follow_membership():
     """The lists change only when a node gains its first or loses its last such pod."""
     snap = cluster([node("n1", zone="z1"), node("n2", zone="z2")])

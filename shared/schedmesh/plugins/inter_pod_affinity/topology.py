@@ -35,16 +35,17 @@ class TopologyCounts:
         return arr
 
     # ---- adding -----------------------------------------------------------------------------
-    def add_rows(self, key: str, rows: np.ndarray, amounts: np.ndarray) -> bool:
-        """Adds amounts[i] to (key, value of node rows[i]) for the nodes that have the label.
-        Returns whether any node had it (kube only creates map entries in that case)."""
-        codes = self._cols.label(key).codes[rows]
-        has = codes >= 0
-        if not has.all():
-            codes, amounts = codes[has], amounts[has]
-        if len(codes) == 0:
+    def add_totals(self, key: str, per_code: np.ndarray, labeled: int, amount: int) -> bool:
+        """For each node of a group with the label `key`: its pod count times `amount` added to
+        (key, its value), from the group's sums per value over these columns (pod_index.Group.totals).
+        Returns whether any of its nodes had the label (kube only creates map entries then)."""
+        if labeled == 0:
             return False
-        np.add.at(self._array(key), codes, amounts)
+        arr = self._by_key.get(key)
+        if arr is None:
+            self._by_key[key] = per_code * amount  # (a new array: the group's stays its own)
+        else:
+            arr += per_code * amount
         return True
 
     def add(self, key: str, node_labels: Mapping[str, str], delta: int) -> bool:
