@@ -250,21 +250,39 @@ class _Part:
 
     def _reread(self, ni: NodeInfo) -> None:
         old = self._tracked.get(id(ni))
-        if old is not None:
-            self._apply(old[0], old[2], -1)
         keys = self._keys_of(ni)
         self._tracked[id(ni)] = (ni, ni.generation, keys)
-        self._apply(ni, keys, 1)
+        if old is None or old[0] is not ni:
+            if old is not None:
+                self._apply(old[0], old[2], -1)
+            self._apply(ni, keys, 1)
+            return
+        # The same node: only what changed (a pod joining a node that already runs pods of its
+        # group is one count up, not the node leaving the group and joining it again).
+        for before, now, (groups, sample_of) in zip(old[2], keys, self._targets):
+            if before is now:
+                continue
+            for key, n in now.items():
+                delta = n - before.get(key, 0)
+                if delta:
+                    _change(groups, sample_of, key, ni, delta)
+            for key, n in before.items():
+                if key not in now:
+                    _change(groups, sample_of, key, ni, -n)
 
     def _apply(self, ni: NodeInfo, keys: tuple[Counter, ...], sign: int) -> None:
         for counts, (groups, sample_of) in zip(keys, self._targets):
             for key, n in counts.items():
-                g = groups.get(key)
-                if g is None:
-                    g = groups[key] = Group(sample_of(key))
-                g.change(ni, sign * n)
-                if g.empty():
-                    del groups[key]
+                _change(groups, sample_of, key, ni, sign * n)
+
+
+def _change(groups: dict, sample_of: Callable[[object], object], key: object, ni: NodeInfo, delta: int) -> None:
+    g = groups.get(key)
+    if g is None:
+        g = groups[key] = Group(sample_of(key))
+    g.change(ni, delta)
+    if g.empty():
+        del groups[key]
 
 
 class PodIndex:

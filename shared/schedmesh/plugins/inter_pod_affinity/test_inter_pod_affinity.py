@@ -1107,6 +1107,47 @@ def test_first_sync_builds_the_groups_pods_joining_one_by_one_build(seed):
     assert _index_groups(at_once) == _index_groups(one_by_one) != {}
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_pods_joining_and_leaving_leave_the_groups_a_fresh_index_builds(seed):
+    """An index synced now and then while pods join and leave nodes (a node's row re-read:
+    only its changed counts applied) holds the groups, and the sums per zone, of an index
+    built at once over the cluster that results."""
+    from schedmesh.plugins.inter_pod_affinity.pod_index import PodIndex
+    rng = random.Random(100 + seed)
+    nodes = [_random_node(rng, i) for i in range(rng.randint(3, 10))]
+    names = [n["metadata"]["name"] for n in nodes]
+    followed, snap, placed = PodIndex(), cluster(nodes), []
+    followed.sync(snap, labels=True)
+    for _ in range(rng.randint(20, 80)):
+        if placed and rng.random() < 0.35:
+            snap.remove_pod(placed.pop(rng.randrange(len(placed))))
+        else:
+            p = the_pod(_random_pod(rng, rng.choice(names), affinity_rate=0.6))
+            snap.add_pod(p)
+            placed.append(p)
+        if rng.random() < 0.5:
+            followed.sync(snap, labels=True)
+    followed.sync(snap, labels=True)
+    rebuilt = PodIndex()
+    rebuilt.sync(_same_cluster(snap), labels=True)
+    assert _index_groups(followed) == _index_groups(rebuilt)
+    zone = snap.cols.label("zone")
+    for kind in ("by_labels", "by_anti_terms", "by_affinity_terms"):
+        for key, g in getattr(followed, kind).items():
+            per_code, labeled = g.totals(followed.token, "zone", zone)
+            rows, counts = g.placement(followed.token)
+            codes = zone.codes[rows]
+            want = np.zeros(len(zone.values) + 1, np.int64)
+            np.add.at(want, codes[codes >= 0], counts[codes >= 0])
+            assert per_code.tolist() == want.tolist() and labeled == int((codes >= 0).sum())
+
+
+def _same_cluster(snap: Snapshot) -> Snapshot:
+    """A new snapshot of the same nodes and pods, in the same node order."""
+    infos = snap.node_info_list
+    return Snapshot([ni.node for ni in infos], [pi.pod for ni in infos for pi in ni.pods])
+
+
 def test_warm_builds_the_label_groups_where_pods_have_terms():
     """Idle, the queue-manager warms the plugins: the label groups a pod with terms needs are
     built where pods with terms run, never in a cluster without any."""
