@@ -7,7 +7,7 @@ from typing import Mapping, Optional
 
 from schedmesh.api.labels import LabelSelector
 from schedmesh.api.resources import PodResource, Resource, pod_resource, same_request_inputs
-from schedmesh.api.types import Node, Pod, PodAffinityTerm
+from schedmesh.api.types import Node, Pod, PodAffinityTerm, WeightedPodAffinityTerm
 
 DEFAULT_BIND_ALL_HOST_IP = "0.0.0.0"
 
@@ -85,7 +85,7 @@ def new_affinity_term(pod: Pod, t: PodAffinityTerm) -> AffinityTerm:
     return _interned(AffinityTerm(namespaces, t.label_selector, t.topology_key, t.namespace_selector))
 
 
-def new_weighted_affinity_term(pod: Pod, w) -> WeightedAffinityTerm:
+def new_weighted_affinity_term(pod: Pod, w: WeightedPodAffinityTerm) -> WeightedAffinityTerm:
     return _interned(WeightedAffinityTerm(new_affinity_term(pod, w.term), w.weight))
 
 

@@ -75,9 +75,10 @@ def test_inter_pod_affinity_groups_skip_bindings_and_status_reports(monkeypatch)
 
     def web_nodes():
         groups = [g for g in index.by_labels.values() if g.sample.meta.labels.get("app") == "web"]
-        rows, counts = affinity_index.concat_placement(groups, index.token)
         out = np.zeros(len(names), np.int64)
-        np.add.at(out, rows, counts)
+        for g in groups:
+            rows, counts = g.placement(index.token)
+            np.add.at(out, rows, counts)
         return out.tolist()
     before = web_nodes()
     snap.add_pod(evolve(pods[1], phase="Running", start_time=1.0))

@@ -78,8 +78,7 @@ def compute_pre_filter_state(pod: Pod, snapshot: Snapshot) -> Optional[PreFilter
         for terms, group in index.by_anti_terms.items():
             for t in terms:
                 if t.matches(pod, ns_labels):
-                    key = t.topology_key
-                    existing.add_totals(key, *group.totals(token, key, cols.label(key)), 1)
+                    existing.add_group(t.topology_key, group, token, 1)
     if existing.is_empty() and not req_affinity and not req_anti:
         return None
 
@@ -87,14 +86,12 @@ def compute_pre_filter_state(pod: Pod, snapshot: Snapshot) -> Optional[PreFilter
     if req_affinity:
         for group in label_groups_matching_all(index, req_affinity, ns_labels_of):
             for t in req_affinity:
-                key = t.topology_key
-                affinity.add_totals(key, *group.totals(token, key, cols.label(key)), 1)
+                affinity.add_group(t.topology_key, group, token, 1)
     anti = TopologyCounts(cols)
     for t in req_anti:
-        key = t.topology_key
         for group in index.by_labels.values():
             if incoming_term_matches(t, group.sample, ns_labels_of):
-                anti.add_totals(key, *group.totals(token, key, cols.label(key)), 1)
+                anti.add_group(t.topology_key, group, token, 1)
     return PreFilterState(pi, ns_labels, ns_labels_of, cols, existing, affinity, anti,
                           matches_all(req_affinity, pod, ns_labels_of))
 

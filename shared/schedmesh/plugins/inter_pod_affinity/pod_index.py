@@ -146,7 +146,7 @@ class Group:
     def totals(self, token: object, key: str, column: LabelColumn) -> tuple[np.ndarray, int]:
         """The group's pod counts summed per value of `key` (`column`: its codes in the columns of
         the node list `token`), the last slot (nodes without the label) 0, and how many of its
-        nodes have the label: what TopologyCounts.add_totals adds. Kept as pods join
+        nodes have the label: what TopologyCounts.add_group adds. Kept as pods join
         and leave; made again for another node list or columns. The array is not the caller's."""
         if self._totals_token is not token:
             self._totals, self._totals_token = {}, token
@@ -340,12 +340,3 @@ def label_groups_matching_all(index: PodIndex, terms: list[AffinityTerm], ns_lab
     if not terms:
         return []
     return [g for g in index.by_labels.values() if matches_all(terms, g.sample, ns_labels_of)]
-
-
-def concat_placement(groups: list[Group], token: object) -> tuple[np.ndarray, np.ndarray]:
-    if not groups:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    parts = [g.placement(token) for g in groups]
-    if len(parts) == 1:
-        return parts[0]
-    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])

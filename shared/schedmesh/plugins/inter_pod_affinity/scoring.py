@@ -50,19 +50,15 @@ def compute_pre_score_state(pod: Pod, snapshot: Snapshot, hard_pod_affinity_weig
     scores = TopologyCounts(snapshot.cols)
     touched = False  # kube skips when no node produced an entry, even a zero-sum one
 
-    # The incoming pod's preferred terms against every existing pod.
-    # Each matching group's nodes are added at once, from its pods' counts summed per topology
-    # value (Group.totals, kept as pods come and go): adding a 5,000-node group row by row each
+    # The incoming pod's preferred terms against every existing pod. Each matching group's nodes
+    # are added at once (TopologyCounts.add_group): adding a 5,000-node group row by row each
     # cycle was a tenth of an affinity workload's cycle.
-    cols = snapshot.cols
     if has_constraints:
         for weighted, sign in ([(w, 1) for w in pi.preferred_affinity_terms]
                                + [(w, -1) for w in pi.preferred_anti_affinity_terms]):
-            key = weighted.term.topology_key
             for g in index.by_labels.values():
                 if incoming_term_matches(weighted.term, g.sample, ns_labels_of):
-                    per_code, labeled = g.totals(token, key, cols.label(key))
-                    touched |= scores.add_totals(key, per_code, labeled, weighted.weight * sign)
+                    touched |= scores.add_group(weighted.term.topology_key, g, token, weighted.weight * sign)
 
     # Existing pods' terms against the incoming pod (groups are empty without such pods).
     for (required, preferred, preferred_anti), group in index.by_affinity_terms.items():
@@ -73,8 +69,7 @@ def compute_pre_score_state(pod: Pod, snapshot: Snapshot, hard_pod_affinity_weig
         contributions += [(w.term.topology_key, w.weight) for w in preferred if w.term.matches(pod, ns_labels)]
         contributions += [(w.term.topology_key, -w.weight) for w in preferred_anti if w.term.matches(pod, ns_labels)]
         for key, amount in contributions:
-            per_code, labeled = group.totals(token, key, cols.label(key))
-            touched |= scores.add_totals(key, per_code, labeled, amount)
+            touched |= scores.add_group(key, group, token, amount)
 
     return PreScoreState(scores) if touched else None
 

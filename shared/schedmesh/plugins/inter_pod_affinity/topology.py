@@ -8,11 +8,14 @@ carries (possible only for nodes outside it) live in a small overflow dict.
 """
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 import numpy as np
 
 from schedmesh.cache.snapshot import Columns
+
+if TYPE_CHECKING:
+    from schedmesh.plugins.inter_pod_affinity.pod_index import Group
 
 
 class TopologyCounts:
@@ -35,10 +38,12 @@ class TopologyCounts:
         return arr
 
     # ---- adding -----------------------------------------------------------------------------
-    def add_totals(self, key: str, per_code: np.ndarray, labeled: int, amount: int) -> bool:
-        """For each node of a group with the label `key`: its pod count times `amount` added to
-        (key, its value), from the group's sums per value over these columns (pod_index.Group.totals).
-        Returns whether any of its nodes had the label (kube only creates map entries then)."""
+    def add_group(self, key: str, group: "Group", token: object, amount: int) -> bool:
+        """For each node of `group` (rows of the node list `token`) with the label `key`: its pod
+        count times `amount` added to (key, its value), from the group's sums per value over
+        these columns (Group.totals). Returns whether any of its nodes had the label (kube only
+        creates map entries then)."""
+        per_code, labeled = group.totals(token, key, self._cols.label(key))
         if labeled == 0:
             return False
         arr = self._by_key.get(key)
