@@ -57,6 +57,7 @@ class BindingCycle:
     """Methods of QueueManager (kube: schedule_one.go's binding cycle)."""
 
     _extender_bind_pool = None  # a ThreadPoolExecutor when an extender has a bind verb
+    _last_batch_at = float("-inf")  # time.monotonic() when the previous batch went to the binder
 
     def _binding_loop(self) -> None:
         """kube runs one binding goroutine per pod; here the bindings decided while the binder
@@ -68,6 +69,7 @@ class BindingCycle:
             except queue.Empty:
                 continue
             self._gather(batch)
+            self._last_batch_at = time.monotonic()
             batch = [a for a in batch if a is not None]
             if not batch:
                 continue
@@ -79,10 +81,12 @@ class BindingCycle:
                     self._binding_failed(a, "internal error in the binding cycle")  # in its pod's context
 
     def _gather(self, batch: list) -> None:
-        """The bindings queued behind the first, and for up to bind_linger_seconds those of the
-        pods still being decided or in activeQ (no waiting when there are none: a lone pod is
-        bound at once)."""
-        linger_until = time.monotonic() + self.cfg.bind_linger_seconds
+        """The bindings queued behind the first, and those of the pods still being decided or in
+        activeQ until bind_linger_seconds after the previous batch went: batches at most one per
+        linger, yet no binding waits longer than it must (a lone pod, or the first after a
+        pause, goes at once; while the binder answers a batch the next one fills, so at a steady
+        pace the linger is mostly spent in that round trip, not added to it)."""
+        linger_until = self._last_batch_at + self.cfg.bind_linger_seconds
         while len(batch) < self.cfg.max_bind_batch:
             try:
                 batch.append(self._bind_queue.get_nowait())

@@ -345,3 +345,37 @@ def test_bindings_of_pods_still_in_active_q_join_the_batch_for_a_moment() -> Non
     c._stop.set()
     c._bind_queue.put(None)
     loop.join(5)
+
+
+def test_the_linger_counts_from_the_previous_batch() -> None:
+    """Batches go at most one per bind_linger_seconds, counted from the previous batch: the
+    first binding after a pause goes at once even while activeQ holds pods (the linger is not
+    added to every batch), the next one waits out the rest of the linger for its companions."""
+    c = Cycle(ScriptedBinder(), retry_seconds=0)
+    c.cfg.bind_linger_seconds = 0.4
+    sent: list[tuple[float, list[str]]] = []
+    c._bind_batch = lambda batch: sent.append((time.monotonic(), [a.pod.name for a in batch]))
+    loop = threading.Thread(target=c._binding_loop, daemon=True)
+    loop.start()
+
+    def wait_for(count: int) -> None:
+        deadline = time.monotonic() + 5
+        while len(sent) < count and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    c.active = ["later"]  # pods still to decide: a batch may wait for their bindings
+    queued = time.monotonic()
+    c._bind_queue.put(c.assume("first", "node-1"))
+    wait_for(1)
+    assert sent[0][0] - queued < 0.2 and sent[0][1] == ["first"]  # nothing sent for a while: at once
+    c._bind_queue.put(c.assume("second", "node-1"))
+    wait_for(2)
+    assert 0.3 < sent[1][0] - sent[0][0] < 0.9 and sent[1][1] == ["second"]  # the rest of the linger
+    time.sleep(0.5)  # a pause longer than the linger
+    queued = time.monotonic()
+    c._bind_queue.put(c.assume("third", "node-1"))
+    wait_for(3)
+    assert sent[2][0] - queued < 0.2 and sent[2][1] == ["third"]
+    c._stop.set()
+    c._bind_queue.put(None)
+    loop.join(5)

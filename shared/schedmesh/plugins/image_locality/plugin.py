@@ -100,6 +100,9 @@ class ImageLocality(ScorePlugin):
         # Rebuilt whenever the snapshot rebuilds its columns (i.e. when nodes change).
         self._indexes: "weakref.WeakKeyDictionary[Any, _ImageIndex]" = weakref.WeakKeyDictionary()
 
+    def warm(self, snapshot) -> None:
+        self._index(snapshot)
+
     def _index(self, snapshot) -> _ImageIndex:
         cols = snapshot.cols
         idx = self._indexes.get(cols)

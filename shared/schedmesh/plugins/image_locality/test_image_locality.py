@@ -163,3 +163,18 @@ spec:
     pl = ImageLocality(None, _Handle(snap))
     # 700MB on the only node: 100 * (700 - 23) / 977 = 69
     assert pl.score(CycleState(), m.pods[0], snap.get("cached"))[0] == 69
+
+
+def test_warm_builds_the_index_a_cycle_would_and_scores_do_not_change():
+    """Idle, the queue-manager warms the plugins: the image index of the current columns is
+    built then, not in the next pod's cycle, and it scores exactly as one built on demand."""
+    snap = Snapshot([node("a", (["img:1"], 1000 * MB)), node("b", (["img:2"], 300 * MB)), node("c")])
+    warmed, cold = ImageLocality(None, _Handle(snap)), ImageLocality(None, _Handle(snap))
+    warmed.warm(snap)
+    index = warmed._indexes.get(snap.cols)
+    assert index is not None and set(index.by_name) == {"img:1", "img:2"}
+    rows = snap.all_indices()
+    for p in (pod("img:1"), pod("img:2", "img:1"), pod("nginx")):
+        assert warmed.score_nodes(CycleState(), p, snap, rows).tolist() == \
+            cold.score_nodes(CycleState(), p, snap, rows).tolist()
+    assert warmed._indexes.get(snap.cols) is index  # the one warm built

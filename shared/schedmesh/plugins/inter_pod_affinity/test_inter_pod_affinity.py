@@ -1158,9 +1158,12 @@ def test_warm_builds_the_label_groups_where_pods_have_terms():
     snap = cluster([node("n1", zone="z1"), node("n2", zone="z2")],
                    [pod(labels={"app": "y"}, node="n1"),
                     pod(labels={"app": "w"}, node="n2", anti=[term("zone", In("app", "w"))])])
+    assert not snap.cols._labels
     InterPodAffinity().warm(snap)
     groups = _INDEXES[snap].by_labels
     assert {k[1] for k in groups} == {(("app", "y"),), (("app", "w"),)}
+    # and the node label column of the terms' topology key, which every such pod's cycle reads
+    assert list(snap.cols._labels) == [next(iter(_INDEXES[snap].by_anti_terms))[0].topology_key]
     InterPodAffinity().warm(snap)  # nothing changed: the same groups
     assert _INDEXES[snap].by_labels is groups and all(groups[k] is g for k, g in groups.items())
     incoming = pod(labels={"app": "w"}, anti=[term("zone", In("app", "y"))])

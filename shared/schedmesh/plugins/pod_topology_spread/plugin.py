@@ -62,6 +62,11 @@ class PodTopologySpread(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlug
         self._label_missing = Status.unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH)
         self._skewed = Status.unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH)
 
+    def warm(self, snapshot) -> None:
+        # The node label columns of the default constraints' keys, read by every pod they apply to.
+        for c in self.default_constraints:
+            snapshot.cols.label(c.topology_key)
+
     # ---- constraints ----------------------------------------------------------------------------
     def constraints_for(self, pod: Pod, action: str) -> list[SpreadConstraint]:
         """The pod's own constraints for `action`, or the default ones when it has none."""

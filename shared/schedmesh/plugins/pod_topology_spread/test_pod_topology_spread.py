@@ -1522,3 +1522,19 @@ def test_golden_scenarios(name):
         if res.get("chosen"):
             p.node_name = res["chosen"]
             snap.add_pod(p)
+
+
+def test_warm_builds_the_default_constraints_label_columns():
+    """Idle, the queue-manager warms the plugins: the node label columns of the default
+    constraints' keys (System defaulting: hostname and zone; List: the configured ones), which
+    every pod they apply to reads, are built then; none when there are no default constraints."""
+    snap = snapshot([node("a", {"kubernetes.io/hostname": "a", "topology.kubernetes.io/zone": "z1"})], [])
+    PodTopologySpread(None, None).warm(snap)
+    assert sorted(snap.cols._labels) == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+    assert snap.cols.label("topology.kubernetes.io/zone").values == ["z1"]
+    listed = snapshot([zn("a", "z1")], [])
+    PodTopologySpread({"defaultingType": "List", "defaultConstraints": [sc(1, "zone", "ScheduleAnyway")]}, None).warm(listed)
+    assert list(listed.cols._labels) == ["zone"]
+    none = snapshot([zn("a", "z1")], [])
+    PodTopologySpread(LIST, None).warm(none)
+    assert not none.cols._labels
