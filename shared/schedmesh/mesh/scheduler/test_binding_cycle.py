@@ -347,10 +347,9 @@ def test_bindings_of_pods_still_in_active_q_join_the_batch_for_a_moment() -> Non
     loop.join(5)
 
 
-def test_the_linger_counts_from_the_previous_batch() -> None:
-    """Batches go at most one per bind_linger_seconds, counted from the previous batch: the
-    first binding after a pause goes at once even while activeQ holds pods (the linger is not
-    added to every batch), the next one waits out the rest of the linger for its companions."""
+def test_the_first_binding_after_a_pause_does_not_linger() -> None:
+    """No batch went for bind_linger_seconds: the first binding goes at once even while activeQ
+    holds pods; the next, queued while batches follow one another, waits for its companions."""
     c = Cycle(ScriptedBinder(), retry_seconds=0)
     c.cfg.bind_linger_seconds = 0.4
     sent: list[tuple[float, list[str]]] = []
@@ -370,7 +369,7 @@ def test_the_linger_counts_from_the_previous_batch() -> None:
     assert sent[0][0] - queued < 0.2 and sent[0][1] == ["first"]  # nothing sent for a while: at once
     c._bind_queue.put(c.assume("second", "node-1"))
     wait_for(2)
-    assert 0.3 < sent[1][0] - sent[0][0] < 0.9 and sent[1][1] == ["second"]  # the rest of the linger
+    assert 0.3 < sent[1][0] - sent[0][0] < 0.9 and sent[1][1] == ["second"]  # the linger
     time.sleep(0.5)  # a pause longer than the linger
     queued = time.monotonic()
     c._bind_queue.put(c.assume("third", "node-1"))
