@@ -238,26 +238,52 @@ def remembered(memo: dict, key, compute: Callable[[], T], limit: int = _RESOURCE
     return got
 
 
+class RequestShape:
+    """A pod's resource_key, interned (equal keys: one object) with its hash remembered: the
+    memos of a pod's resources are keyed by it, so a lookup hashes no Fraction (in Python, a
+    modular inverse each: a twentieth of a SchedulingBasic cycle once went to hashing them)."""
+
+    __slots__ = ("key", "_hash")
+
+    def __init__(self, key: tuple) -> None:
+        self.key = key
+        self._hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, RequestShape) and self._hash == other._hash
+                                 and self.key == other.key)
+
+
+_SHAPES: dict[RequestShape, RequestShape] = {}
 # The same request objects (a replica's, a copy's made by `evolve`) are asked about again and
-# again: by identity first, before resource_key's tuple, whose Fractions hash slowly (in Python,
-# a modular inverse each: a twentieth of a SchedulingBasic cycle went to hashing them).
-# Entries keep their objects alive, so an id is never reused while its entry stands.
-_BY_INPUTS: dict[tuple, tuple] = {}
+# again: their shape is found by identity first. Entries keep their objects alive, so an id is
+# never reused while its entry stands.
+_SHAPE_OF_INPUTS: dict[tuple, tuple] = {}
+
+
+def request_shape(pod: Pod) -> RequestShape:
+    """The interned shape of what pod_requests reads; resource_key computed once per set of
+    request objects (each memo used to compute it again for a pod it had not seen)."""
+    inputs = (pod.containers, pod.init_containers, pod.resource_requests, pod.overhead)
+    ident = (id(inputs[0]), id(inputs[1]), id(inputs[2]), id(inputs[3]))
+    got = _SHAPE_OF_INPUTS.get(ident)
+    if got is not None:
+        return got[1]
+    shape = RequestShape(resource_key(pod))
+    shape = remembered(_SHAPES, shape, lambda: shape)
+    if len(_SHAPE_OF_INPUTS) >= _RESOURCE_MEMO_MAX:
+        _SHAPE_OF_INPUTS.clear()
+    _SHAPE_OF_INPUTS[ident] = (inputs, shape)
+    return shape
 
 
 def remembered_for(memo: dict, pod: Pod, compute: Callable[[], T], extra: tuple = ()) -> T:
-    """memo[(resource_key(pod), *extra)] (resource_key(pod) alone without `extra`), computed once;
-    found by the identity of the pod's request objects when they were asked about before."""
-    inputs = (pod.containers, pod.init_containers, pod.resource_requests, pod.overhead)
-    ident = (id(memo), id(inputs[0]), id(inputs[1]), id(inputs[2]), id(inputs[3]), *extra)
-    got = _BY_INPUTS.get(ident)
-    if got is not None:
-        return got[1]
-    value = remembered(memo, (resource_key(pod), *extra) if extra else resource_key(pod), compute)
-    if len(_BY_INPUTS) >= _RESOURCE_MEMO_MAX:
-        _BY_INPUTS.clear()
-    _BY_INPUTS[ident] = (inputs, value)
-    return value
+    """memo[(request_shape(pod), *extra)] (the shape alone without `extra`), computed once."""
+    shape = request_shape(pod)
+    return remembered(memo, (shape, *extra) if extra else shape, compute)
 
 
 def pod_resource(pod: Pod) -> PodResource:

@@ -57,7 +57,7 @@ def test_remembered_by_identity_answers_only_for_the_same_request_objects():
     import dataclasses
 
     from schedmesh.api.evolve import evolve
-    from schedmesh.api.resources import _BY_INPUTS
+    from schedmesh.api.resources import _SHAPE_OF_INPUTS
     from schedmesh.plugins.node_resources.requests import fit_request, scoring_requests
 
     small = pod("  containers: [{name: a, resources: {requests: {cpu: 100m, memory: 1Gi}}}]\n")
@@ -75,7 +75,7 @@ def test_remembered_by_identity_answers_only_for_the_same_request_objects():
         assert scoring_requests(fresh, ["cpu", "memory"], False, False) == (1000 * n, n * 2**30)
         # the entry keeps the request objects alive, so their ids cannot come back while it stands
         assert any(inputs is not None and inputs[0] is fresh.containers and inputs[2] is fresh.resource_requests
-                   for inputs, _value in _BY_INPUTS.values())
+                   for inputs, _shape in _SHAPE_OF_INPUTS.values())
         del fresh
     bigger = dataclasses.replace(small, containers=pod(
         "  containers: [{name: a, resources: {requests: {cpu: '2'}}}]\n").containers)
@@ -83,3 +83,32 @@ def test_remembered_by_identity_answers_only_for_the_same_request_objects():
     assert scoring_requests(bigger, ["cpu", "memory"], False, False) == (2000, 200 * 2**20)
     assert scoring_requests(bigger, ["cpu"], True, False) == (2000,)
     assert pod_resource(small) is first and fit_request(small).milli_cpu == 100
+
+
+def test_a_pods_request_shape_is_read_once_and_shared_by_equal_pods(monkeypatch) -> None:
+    """resource_key is computed once per set of request objects, whichever memos ask after it
+    (pod_resource, NodeResourcesFit's request, the scorers' lists), and equal requests of other
+    objects get the same interned shape, so memo lookups hash no Fraction again."""
+    import dataclasses
+
+    import schedmesh.api.resources as resources
+    from schedmesh.plugins.node_resources.requests import fit_request, scoring_requests
+
+    computed = []
+    real = resources.resource_key
+    monkeypatch.setattr(resources, "resource_key", lambda p: computed.append(p) or real(p))
+    base = pod("  containers: [{name: a, resources: {requests: {cpu: 700m, memory: 3Gi}}}]\n")
+
+    def fresh():  # request objects no memo has seen
+        return dataclasses.replace(base, containers=[dataclasses.replace(c, requests=dict(c.requests))
+                                                     for c in base.containers])
+    a, b = fresh(), fresh()
+    pod_resource(a), fit_request(a), scoring_requests(a, ["cpu", "memory"], False, False)
+    scoring_requests(a, ["cpu"], True, False)
+    assert computed == [a]
+    assert resources.request_shape(b) is resources.request_shape(a) and computed == [a, b]
+    assert pod_resource(b) is pod_resource(a) and fit_request(b) is fit_request(a)
+    other = dataclasses.replace(a, containers=pod(
+        "  containers: [{name: a, resources: {requests: {cpu: 800m, memory: 3Gi}}}]\n").containers)
+    assert resources.request_shape(other) != resources.request_shape(a)
+    assert pod_resource(other).requests.milli_cpu == 800 and computed[-1] is other
