@@ -305,6 +305,7 @@ def test_schedmesh_bench_through_a_real_mesh_prints_its_json(tmp_path):
     # from submission to the binding's record: after the pod was sent, within the run
     lat = result["latency_ms"]
     assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= 1000 * result["seconds"] + 1, result  # (rounded)
+    assert 0 < result["first_bound_ms"] <= 1000 * result["seconds"] + 1, result  # the first binding, within the run
     assert (result["workload"], result["nodes"], result["pods"], result["scheduled"]) == ("Unschedulable", 20, 12, 12)
     assert (result["unschedulable_pods"], result["unschedulable_bound"]) == (6, 0)
     assert result["pods_per_second"] > 0 and result["peak_rss_mib"] > 0

@@ -328,6 +328,7 @@ def median_run(results: list[dict]) -> dict:
     return {**median, "repeats": len(results),
             "pods_per_second_range": [min(rates), max(rates)], "p99_ms_range": [min(p99s), max(p99s)],
             "runs": [{"pods_per_second": r["pods_per_second"], "latency_ms": r["latency_ms"],
+                      "first_bound_ms": r.get("first_bound_ms"),
                       "cpu_ms_per_pod_total": r["cpu_ms_per_pod"]["total"]} for r in results]}
 
 
@@ -489,6 +490,9 @@ def run_once(args: argparse.Namespace) -> tuple[bool, dict]:
             # Unschedulable's churn costs 1 - pods_per_second / that of this run of the baseline (same sizes).
             **({"baseline_workload": "SchedulingBasic"} if unschedulable else {}),
             "scheduled": len(bound), "seconds": round(seconds, 3),
+            # the first binding seen, from the first Apply sent: the pipeline's fill time (an
+            # Apply read and published, its records read back, a first cycle, a binder round trip)
+            "first_bound_ms": round(1000 * (min(watcher.bound[n] for n in bound) - t0), 1) if bound else None,
             "pods_per_second": round(len(bound) / seconds, 1),
             "latency_ms": {"p50": round(_percentile(lat, 50), 1), "p90": round(_percentile(lat, 90), 1),
                            "p99": round(_percentile(lat, 99), 1)},
