@@ -169,11 +169,16 @@ class SnapshotChanges:
     and whether anything changed that reaches beyond those nodes (the node set, pods with
     affinity terms, namespace labels)."""
 
-    __slots__ = ("rows", "beyond_rows", "ignore_status_updates", "pod_nodes", "node_ops", "namespaces_changed")
+    __slots__ = ("rows", "beyond_rows", "ignore_status_updates", "ignore_affinity", "pod_nodes", "node_ops",
+                 "namespaces_changed")
 
-    def __init__(self, ignore_status_updates: bool = False, by_name: bool = False) -> None:
+    def __init__(self, ignore_status_updates: bool = False, by_name: bool = False,
+                 ignore_affinity: bool = False) -> None:
         self.rows: set[int] = set()
         self.beyond_rows = False
+        # A pod with affinity terms placed or removed changes only its own row for a watcher
+        # that reads node-local answers (mesh/answers.py's node-local part of a template).
+        self.ignore_affinity = ignore_affinity
         # Leave out a pod put back on its node with only its status, binding or version changed
         # (assumed -> bound -> Running): its node's pods and totals are what they were.
         self.ignore_status_updates = ignore_status_updates
@@ -312,9 +317,10 @@ class Snapshot:
             yield from ni.pods
 
     # ---- changing ------------------------------------------------------------------------
-    def watch_changes(self, ignore_status_updates: bool = False, by_name: bool = False) -> SnapshotChanges:
+    def watch_changes(self, ignore_status_updates: bool = False, by_name: bool = False,
+                      ignore_affinity: bool = False) -> SnapshotChanges:
         """Start recording changes (until `unwatch`)."""
-        w = SnapshotChanges(ignore_status_updates, by_name)
+        w = SnapshotChanges(ignore_status_updates, by_name, ignore_affinity)
         self._watchers = self._watchers + (w,)
         return w
 
@@ -353,7 +359,7 @@ class Snapshot:
                 w.pod_nodes.add(ni.name)
             else:
                 w.rows.add(ni.index)
-            w.beyond_rows = w.beyond_rows or affinity_changed
+            w.beyond_rows = w.beyond_rows or (affinity_changed and not w.ignore_affinity)
         if self._cols is not None and ni.index >= 0:
             self._cols.set_pod_totals(ni.index, ni)
         if affinity_changed:

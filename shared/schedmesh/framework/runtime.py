@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from time import perf_counter
-from typing import TYPE_CHECKING, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Callable, Collection, Iterable, Optional
 
 import numpy as np
 
@@ -491,18 +491,19 @@ class Framework(Handle):
         """Normalized, weighted scores per plugin that ran: plugin name -> int64 array aligned with nodes."""
         return self.normalize_and_weigh(state, pod, self.run_raw_score(state, pod, snapshot, nodes))
 
-    def run_raw_score(self, state: CycleState, pod: "Pod", snapshot: "Snapshot", nodes: np.ndarray
-                      ) -> dict[str, np.ndarray]:
+    def run_raw_score(self, state: CycleState, pod: "Pod", snapshot: "Snapshot", nodes: np.ndarray,
+                      only: Optional[Collection[str]] = None, observe: bool = True) -> dict[str, np.ndarray]:
         """Score without normalisation: what a score shard computes for its nodes. Timed as the
-        Score extension point (see the module's docstring)."""
+        Score extension point (see the module's docstring), unless `observe` is False (part of
+        a Score the caller observes). `only`: these plugins alone (of those not skipped)."""
         t0 = perf_counter()
         code = Code.ERROR
+        plugins = [p for p in self.points["score"] if p.name not in state.skip_score_plugins
+                   and (only is None or p.name in only)]
         try:
             if state.record_plugin_metrics:
                 out = {}
-                for p in self.points["score"]:
-                    if p.name in state.skip_score_plugins:
-                        continue
+                for p in plugins:
                     t = perf_counter()
                     c = Code.ERROR
                     try:
@@ -512,11 +513,12 @@ class Framework(Handle):
                         self.observe_plugin(p.name, "Score", c, perf_counter() - t)
             else:
                 out = {p.name: np.asarray(p.score_nodes(state, pod, snapshot, nodes), dtype=np.int64)
-                       for p in self.points["score"] if p.name not in state.skip_score_plugins}
+                       for p in plugins}
             code = Code.SUCCESS
             return out
         finally:
-            self.observe_extension_point("Score", code, perf_counter() - t0)
+            if observe or code != Code.SUCCESS:
+                self.observe_extension_point("Score", code, perf_counter() - t0)
 
     def normalize_and_weigh(self, state: CycleState, pod: "Pod", raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """NormalizeScore over all feasible nodes, range check, then weights (kube's RunScorePlugins tail)."""

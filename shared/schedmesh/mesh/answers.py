@@ -9,6 +9,13 @@ scores taken once for a template stay exact for its replicas, once the rows chan
 been filtered and scored again (`filter_again`, `score_again`: node by node for a few rows, as
 kube's per-node calls, in bulk past PER_NODE_ROWS); `walk` then reads them in kube's search
 order (`search_end`: through the node where kube's search cancels).
+
+For replicas whose Filter plugins (those their PreFilter does not skip) are all node-local but
+some Score plugins are not (preferred inter-pod affinity, soft spreading), the answers hold the
+node-local plugins alone (`TemplateAnswers.local`): every Filter verdict, and the node-local
+raw scores, which still change only where a node's pods change (a pod with affinity terms
+placed changes no other row for them); each pod runs its other Score plugins on its feasible
+nodes.
 """
 from __future__ import annotations
 
@@ -39,6 +46,12 @@ def batchable(fw: Framework, pod) -> bool:
     """Whether `pod` may be evaluated in a batch: every plugin of its profile is node-local for
     it, and it has no nominated node (kube tries that node alone first)."""
     return not pod.nominated_node_name and node_local(fw, pod)
+
+
+def runs_only_node_local_filters(fw: Framework, state: CycleState, local: frozenset) -> bool:
+    """Whether every Filter plugin the pod runs after its PreFilter is in `local` (node-local
+    for it)."""
+    return all(p.name in local for p in fw.points["filter"] if p.name not in state.skip_filter_plugins)
 
 
 def nominations(nominator: Optional[Nominator]) -> frozenset:
@@ -77,7 +90,7 @@ def score_again(fw: Framework, state: CycleState, pod, snapshot: Snapshot, rows:
     (those this pod's PreScore did not skip); node by node up to PER_NODE_ROWS rows, with one
     Score observation either way (plugin metrics, when this cycle records them, come in bulk)."""
     if len(rows) > PER_NODE_ROWS or (len(rows) and state.record_plugin_metrics):
-        return fw.run_raw_score(state, pod, snapshot, rows)
+        return fw.run_raw_score(state, pod, snapshot, rows, only=wanted)
     t0 = perf_counter()
     infos = snapshot.node_info_list
     out: dict[str, np.ndarray] = {}
@@ -130,8 +143,12 @@ class TemplateAnswers:
     them with the shards' answers (ShardBatch.seal)."""
 
     def __init__(self, template: Pod, fw: Framework, snapshot: Snapshot, changes: SnapshotChanges,
-                 nominated: frozenset, status: np.ndarray, statuses: list[Status]) -> None:
+                 nominated: frozenset, status: np.ndarray, statuses: list[Status],
+                 local: Optional[frozenset] = None) -> None:
         self.template, self.fw, self.snapshot, self.cols = template, fw, snapshot, snapshot.cols
+        # None: the answers are every plugin's. Else the names of the plugins node-local for the
+        # template: its raw scores are kept for those alone (its Filter plugins are all among them).
+        self.local = local
         self.changes, self.nominated = changes, nominated
         self.status, self.statuses = status, statuses  # FEASIBLE, NOT_EVALUATED or an index in statuses
         self._status_index = {(s.code, s.plugin, s.reasons): i for i, s in enumerate(statuses)}
@@ -218,10 +235,39 @@ class TemplateAnswers:
         self.pods += 1
         return found
 
+    def _raw_scores_with_others(self, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
+                                rows: np.ndarray) -> Optional[dict[str, np.ndarray]]:
+        """`raw_scores` when the answers are the node-local plugins': theirs kept (taken again
+        where rows changed), this pod's other Score plugins run on `rows`. One Score observation."""
+        runs = [p.name for p in fw.points["score"] if p.name not in state.skip_score_plugins]
+        wanted = {n for n in runs if n in self.local}
+        if self.raw is None:
+            every = np.flatnonzero(self.status == FEASIBLE)
+            got = fw.run_raw_score(state, pod, snapshot, every, only=wanted)
+            self.raw = {}
+            for p, arr in got.items():
+                full = self.raw[p] = np.zeros(self.cols.n, np.int64)
+                full[every] = arr
+            self.scored[every] = True
+        else:
+            if wanted != set(self.raw):
+                return None
+            missing = rows[~self.scored[rows]]
+            for p, arr in score_again(fw, state, pod, snapshot, missing, wanted).items():
+                self.raw[p][missing] = arr
+            self.scored[missing] = True
+            self.local_rows += len(missing)
+        out = {p: full[rows] for p, full in self.raw.items()}
+        out.update(fw.run_raw_score(state, pod, snapshot, rows, only={n for n in runs if n not in self.local},
+                                    observe=False))
+        return out
+
     def raw_scores(self, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
                    rows: np.ndarray) -> Optional[dict[str, np.ndarray]]:
         """Raw scores of `rows` (this pod's feasible nodes): kept ones where current, computed
         here elsewhere; None when this pod's PreScore skipped other plugins than the template's."""
+        if self.local is not None:
+            return self._raw_scores_with_others(fw, state, pod, snapshot, rows)
         wanted = {p.name for p in fw.points["score"] if p.name not in state.skip_score_plugins}
         if self.raw is None:  # the first pod of the template scores every feasible node
             every = np.flatnonzero(self.status == FEASIBLE)

@@ -16,6 +16,12 @@ nomination made or dropped, or a different PreFilter narrowing or PreScore skip 
 answers, and the pod is evaluated as usual. Speed never changes a decision: every pod gets
 exactly what the cycle would compute for it on the current cluster (mesh/test_replicas.py
 checks it pod for pod).
+
+Replicas whose Filter plugins (those their PreFilter leaves) are all node-local while a Score
+plugin is not (preferred inter-pod affinity, spreading that only scores) keep the node-local
+plugins' answers alone: every Filter verdict and the node-local raw scores (a pod with affinity
+terms placed changes them only on its node), InterPodAffinity's or PodTopologySpread's scores
+computed for each pod on its feasible nodes (answers.py).
 """
 from __future__ import annotations
 
@@ -27,12 +33,16 @@ from schedmesh.api.types import Pod, same_template
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState
 from schedmesh.framework.runtime import Framework, Nominator
-from schedmesh.mesh.answers import FEASIBLE, NOT_EVALUATED, TemplateAnswers, batchable, nominations
+from schedmesh.mesh.answers import (FEASIBLE, NOT_EVALUATED, TemplateAnswers, nominations,
+                                    runs_only_node_local_filters)
 from schedmesh.scheduling.cycle import Diagnosis, LocalEvaluator, SchedulingAlgorithm
 from schedmesh.telemetry.metrics import REPLICA_ANSWERS
 
 _ANSWERED = REPLICA_ANSWERS.labels("pod_answered")
 _BUILT = REPLICA_ANSWERS.labels("template_built")
+
+_NOT_ANSWERED = object()
+
 
 class ReplicaAnswers:
     """The answers of the template being scheduled, for the evaluator of one scheduling loop.
@@ -64,19 +74,21 @@ class ReplicaAnswers:
                ordered: np.ndarray, to_find: int, diagnosis: Diagnosis,
                nominator: Optional[Nominator]) -> Optional[np.ndarray]:
         self._answered_uid = ""
-        if algo.extenders or not batchable(fw, pod):
+        local = self._node_local_part(algo, fw, state, pod, nominator)
+        if local is _NOT_ANSWERED:
             self._last = None
             self.drop()
             return None
         last, self._last = self._last, pod
         a = self.current
-        if a is not None and (not same_template(a.template, pod) or not a.valid_for(fw, snapshot, nominator)):
+        if a is not None and (not same_template(a.template, pod) or not a.valid_for(fw, snapshot, nominator)
+                              or a.local != local):
             self.drop()
             a = None
         if a is None:
             if last is None or not same_template(last, pod):
                 return None  # a template seen once: evaluated as usual
-            a = self._build(algo, fw, state, pod, snapshot, ordered, nominator)
+            a = self._build(algo, fw, state, pod, snapshot, ordered, nominator, local)
             found = a.filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator, observed=True)
         else:
             found = a.filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
@@ -97,18 +109,35 @@ class ReplicaAnswers:
             self.drop()
         return got
 
+    @staticmethod
+    def _node_local_part(algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod,
+                         nominator: Optional[Nominator]):
+        """None when every plugin is node-local for the pod (the answers are all of its
+        plugins'); the node-local plugins' names when only theirs can be kept: every Filter
+        plugin it runs is among them, and no pod is nominated anywhere (the others would count
+        nominated pods node by node); _NOT_ANSWERED otherwise."""
+        if algo.extenders or pod.nominated_node_name:
+            return _NOT_ANSWERED
+        local = frozenset(name for name, p in fw.plugins.items() if p.node_local(pod))
+        if len(local) == len(fw.plugins):
+            return None
+        if not runs_only_node_local_filters(fw, state, local) or nominations(nominator):
+            return _NOT_ANSWERED
+        return local
+
     def _build(self, algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
-               ordered: np.ndarray, nominator: Optional[Nominator]) -> TemplateAnswers:
+               ordered: np.ndarray, nominator: Optional[Nominator], local: Optional[frozenset] = None
+               ) -> TemplateAnswers:
         """Filter `pod` (after its PreFilter) on every node its PreFilter leaves (`ordered`):
         the template's verdicts. Observed as this cycle's Filter search, which the caller then
         answers from them."""
         rows = np.sort(ordered)
         feasible, rejected, statuses = algo.filter_rows(fw, state, pod, snapshot, rows, nominator)
         # Under the cache lock, as the cycle: the change log starts from these verdicts.
-        changes = snapshot.watch_changes(ignore_status_updates=True)
+        changes = snapshot.watch_changes(ignore_status_updates=True, ignore_affinity=local is not None)
         status = np.full(snapshot.cols.n, NOT_EVALUATED, np.int32)
         status[feasible] = FEASIBLE
-        self.current = a = TemplateAnswers(pod, fw, snapshot, changes, nominations(nominator), status, [])
+        self.current = a = TemplateAnswers(pod, fw, snapshot, changes, nominations(nominator), status, [], local)
         for r, st in zip(rejected.tolist(), statuses):
             status[r] = a.index_of(st)
         self.templates += 1

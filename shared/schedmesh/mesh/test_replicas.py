@@ -8,6 +8,7 @@ from fractions import Fraction
 
 import pytest
 
+from schedmesh.api.labels import LabelSelector
 from schedmesh.api.types import Affinity, PodAffinity, PodAffinityTerm, Taint, same_but_status, same_template
 from schedmesh.bench.workloads import build, make_pod
 from schedmesh.cache.snapshot import Snapshot
@@ -102,6 +103,13 @@ def _schedule(nodes, init, pods, evaluator, churn: bool, seed: int = 7) -> tuple
     ("MixedSchedulingBasePod", 500, True),
     ("SchedulingNodeAffinity", 400, True),
     ("Mixed", 400, True),
+    # node-local answers: every Filter plugin node-local, InterPodAffinity or PodTopologySpread
+    # scoring per pod (churn places a pod with required anti-affinity: then filtering is not)
+    ("SchedulingPreferredPodAffinity", 600, False),
+    ("SchedulingPreferredPodAffinity", 400, True),
+    ("SchedulingPreferredPodAntiAffinity", 400, True),
+    ("PreferredTopologySpreading", 400, True),
+    ("PreferredTopologySpreading", 40, True),
 ])
 def test_every_pod_is_decided_as_the_cycle_decides_it_alone(workload: str, nodes: int, churn: bool) -> None:
     w = build(workload, nodes, None, 400, 1)
@@ -153,14 +161,61 @@ def test_one_filter_and_one_score_observation_per_cycle() -> None:
                     got[s.labels["extension_point"]] = got.get(s.labels["extension_point"], 0) + s.value
         return got.get("Filter", 0), got.get("Score", 0)
 
-    w = build("SchedulingBasic", 400, 0, 50, 1)
-    before = counts()
-    _schedule(w.nodes, [], w.measured, LocalEvaluator(), churn=False)
-    mid = counts()
-    _, ev = _schedule(w.nodes, [], w.measured, FanOutEvaluator([], [], None), churn=False)
-    after = counts()
-    assert ev.replicas.templates == 1
-    assert (mid[0] - before[0], mid[1] - before[1]) == (after[0] - mid[0], after[1] - mid[1]) == (50, 50)
+    for workload in ("SchedulingBasic", "SchedulingPreferredPodAffinity"):  # all answers, node-local ones
+        w = build(workload, 400, 0, 50, 1)
+        before = counts()
+        _schedule(w.nodes, [], w.measured, LocalEvaluator(), churn=False)
+        mid = counts()
+        _, ev = _schedule(w.nodes, [], w.measured, FanOutEvaluator([], [], None), churn=False)
+        after = counts()
+        assert ev.replicas.templates == 1
+        assert (mid[0] - before[0], mid[1] - before[1]) == (after[0] - mid[0], after[1] - mid[1]) == (50, 50)
+
+
+def test_node_local_answers_outlive_the_placement_of_pods_with_affinity_terms() -> None:
+    """Replicas with preferred inter-pod affinity: each placement is a pod with affinity terms,
+    which changes InterPodAffinity's scores everywhere but the node-local plugins' answers only
+    on its node, so one template's answers serve every replica (InterPodAffinity scored per pod),
+    and every pod is decided as the cycle decides it alone. Once a pod with required
+    anti-affinity runs, InterPodAffinity filters too: the answers are dropped, not misapplied."""
+    w = build("SchedulingPreferredPodAffinity", 300, 100, 120, 1)
+    alone, _ = _schedule(w.nodes, w.init, w.measured, LocalEvaluator(), churn=False)
+    w = build("SchedulingPreferredPodAffinity", 300, 100, 120, 1)
+    kept, ev = _schedule(w.nodes, w.init, w.measured, FanOutEvaluator([], [], None), churn=False)
+    assert kept == alone
+    assert ev.replicas.templates == 1 and ev.replicas.answered[0] == 119
+    assert ev.replicas.current is not None and ev.replicas.current.local is not None
+    assert "InterPodAffinity" not in ev.replicas.current.local and "NodeResourcesFit" in ev.replicas.current.local
+    # a pod with required anti-affinity against every pod among the initial ones: every
+    # replica filtered by InterPodAffinity
+    w = build("SchedulingPreferredPodAffinity", 300, 100, 60, 1)
+    anti = make_pod("anti", labels={"app": "other"})
+    anti.affinity = Affinity(pod_anti_affinity=PodAffinity(required=[PodAffinityTerm(
+        topology_key="kubernetes.io/hostname", label_selector=LabelSelector.of())]))
+    anti.meta.namespace = w.measured[0].meta.namespace
+    anti.node_name = w.nodes[0].meta.name
+    alone, _ = _schedule(w.nodes, w.init + [anti], w.measured, LocalEvaluator(), churn=False)
+    w = build("SchedulingPreferredPodAffinity", 300, 100, 60, 1)
+    anti.node_name = w.nodes[0].meta.name
+    kept, ev = _schedule(w.nodes, w.init + [anti], w.measured, FanOutEvaluator([], [], None), churn=False)
+    assert kept == alone and ev.replicas.templates == 0
+
+
+def test_a_change_feed_for_node_local_answers_keeps_pods_with_affinity_terms_to_their_rows() -> None:
+    w = build("SchedulingBasic", 10, 0, 1, 1)
+    snap = Snapshot(w.nodes, [])
+    local, every = snap.watch_changes(ignore_affinity=True), snap.watch_changes()
+    anti = make_pod("anti", labels={"app": "other"})
+    anti.affinity = Affinity(pod_anti_affinity=PodAffinity(required=[PodAffinityTerm(
+        topology_key="kubernetes.io/hostname")]))
+    snap.add_pod(anti, w.nodes[3].meta.name)
+    row = snap.get(w.nodes[3].meta.name).index
+    assert (local.rows, local.beyond_rows) == ({row}, False)
+    assert (every.rows, every.beyond_rows) == ({row}, True)
+    node = w.nodes[5]
+    node.taints = [Taint("dedicated", "NoSchedule", "x")]
+    snap.update_node(node)  # a node's own change reaches beyond rows for both
+    assert local.beyond_rows
 
 
 def test_replicas_differ_only_in_identity() -> None:
