@@ -235,13 +235,15 @@ class TemplateAnswers:
         self.pods += 1
         return found
 
-    def _raw_scores_with_others(self, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
-                                rows: np.ndarray) -> Optional[dict[str, np.ndarray]]:
-        """`raw_scores` when the answers are the node-local plugins': theirs kept (taken again
-        where rows changed), this pod's other Score plugins run on `rows`. One Score observation."""
+    def raw_scores(self, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
+                   rows: np.ndarray) -> Optional[dict[str, np.ndarray]]:
+        """Raw scores of `rows` (this pod's feasible nodes): kept ones where current, computed
+        here elsewhere; None when this pod's PreScore skipped other plugins than the template's.
+        With node-local answers (`local`), the pod's other Score plugins run on `rows`; one
+        Score observation either way."""
         runs = [p.name for p in fw.points["score"] if p.name not in state.skip_score_plugins]
-        wanted = {n for n in runs if n in self.local}
-        if self.raw is None:
+        wanted = set(runs) if self.local is None else {n for n in runs if n in self.local}
+        if self.raw is None:  # the first pod of the template scores every feasible node
             every = np.flatnonzero(self.status == FEASIBLE)
             got = fw.run_raw_score(state, pod, snapshot, every, only=wanted)
             self.raw = {}
@@ -258,32 +260,6 @@ class TemplateAnswers:
             self.scored[missing] = True
             self.local_rows += len(missing)
         out = {p: full[rows] for p, full in self.raw.items()}
-        out.update(fw.run_raw_score(state, pod, snapshot, rows, only={n for n in runs if n not in self.local},
-                                    observe=False))
-        return out
-
-    def raw_scores(self, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
-                   rows: np.ndarray) -> Optional[dict[str, np.ndarray]]:
-        """Raw scores of `rows` (this pod's feasible nodes): kept ones where current, computed
-        here elsewhere; None when this pod's PreScore skipped other plugins than the template's."""
         if self.local is not None:
-            return self._raw_scores_with_others(fw, state, pod, snapshot, rows)
-        wanted = {p.name for p in fw.points["score"] if p.name not in state.skip_score_plugins}
-        if self.raw is None:  # the first pod of the template scores every feasible node
-            every = np.flatnonzero(self.status == FEASIBLE)
-            got = fw.run_raw_score(state, pod, snapshot, every)
-            self.raw = {}
-            for p, arr in got.items():
-                full = np.zeros(self.cols.n, np.int64)
-                full[every] = arr
-                self.raw[p] = full
-            self.scored[every] = True
-            return {p: full[rows] for p, full in self.raw.items()}
-        if wanted != set(self.raw):
-            return None
-        missing = rows[~self.scored[rows]]
-        for p, arr in score_again(fw, state, pod, snapshot, missing, wanted).items():
-            self.raw[p][missing] = arr
-        self.scored[missing] = True
-        self.local_rows += len(missing)
-        return {p: full[rows] for p, full in self.raw.items()}
+            out.update(fw.run_raw_score(state, pod, snapshot, rows, only=set(runs) - wanted, observe=False))
+        return out
