@@ -48,6 +48,12 @@ def batchable(fw: Framework, pod) -> bool:
     return not pod.nominated_node_name and node_local(fw, pod)
 
 
+def node_local_plugins(fw: Framework, pod) -> frozenset:
+    """The names of the plugins of `pod`'s profile that are node-local for it (node_local asks
+    whether that is every one)."""
+    return frozenset(name for name, p in fw.plugins.items() if p.node_local(pod))
+
+
 def runs_only_node_local_filters(fw: Framework, state: CycleState, local: frozenset) -> bool:
     """Whether every Filter plugin the pod runs after its PreFilter is in `local` (node-local
     for it)."""

@@ -33,7 +33,7 @@ from schedmesh.api.types import Pod, same_template
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState
 from schedmesh.framework.runtime import Framework, Nominator
-from schedmesh.mesh.answers import (FEASIBLE, NOT_EVALUATED, TemplateAnswers, nominations,
+from schedmesh.mesh.answers import (FEASIBLE, NOT_EVALUATED, TemplateAnswers, node_local_plugins, nominations,
                                     runs_only_node_local_filters)
 from schedmesh.scheduling.cycle import Diagnosis, LocalEvaluator, SchedulingAlgorithm
 from schedmesh.telemetry.metrics import REPLICA_ANSWERS
@@ -111,14 +111,14 @@ class ReplicaAnswers:
 
     @staticmethod
     def _node_local_part(algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod,
-                         nominator: Optional[Nominator]):
+                         nominator: Optional[Nominator]) -> object:
         """None when every plugin is node-local for the pod (the answers are all of its
         plugins'); the node-local plugins' names when only theirs can be kept: every Filter
         plugin it runs is among them, and no pod is nominated anywhere (the others would count
         nominated pods node by node); _NOT_ANSWERED otherwise."""
         if algo.extenders or pod.nominated_node_name:
             return _NOT_ANSWERED
-        local = frozenset(name for name, p in fw.plugins.items() if p.node_local(pod))
+        local = node_local_plugins(fw, pod)
         if len(local) == len(fw.plugins):
             return None
         if not runs_only_node_local_filters(fw, state, local) or nominations(nominator):
