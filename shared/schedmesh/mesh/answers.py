@@ -14,8 +14,11 @@ For replicas whose Filter plugins (those their PreFilter does not skip) are all 
 some Score plugins are not (preferred inter-pod affinity, soft spreading), the answers hold the
 node-local plugins alone (`TemplateAnswers.local`): every Filter verdict, and the node-local
 raw scores, which still change only where a node's pods change (a pod with affinity terms
-placed changes no other row for them); each pod runs its other Score plugins on its feasible
-nodes.
+placed changes no other row for them, unless InterPodAffinity is among them:
+`rows_only_for_affinity_pods`); each pod runs its other Score plugins on its feasible nodes. Replicas with a Filter plugin that is not node-local (required spreading or inter-pod
+affinity) keep the node-local raw scores alone (`TemplateAnswers.filters` False): each pod is
+filtered as usual, and its feasible nodes' node-local raw scores are taken where current,
+computed where not (a row changed, or no pod before read it).
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from schedmesh.api.types import Pod
 from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
 from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.framework.runtime import Framework, Nominator
+from schedmesh.plugins.inter_pod_affinity.plugin import NAME as INTER_POD_AFFINITY
 from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm
 
 FEASIBLE = -1
@@ -58,6 +62,15 @@ def runs_only_node_local_filters(fw: Framework, state: CycleState, local: frozen
     """Whether every Filter plugin the pod runs after its PreFilter is in `local` (node-local
     for it)."""
     return all(p.name in local for p in fw.points["filter"] if p.name not in state.skip_filter_plugins)
+
+
+def rows_only_for_affinity_pods(local: frozenset) -> bool:
+    """Whether placing or removing a pod with affinity terms changes the answers of the plugins
+    `local` on its own node only (a change feed may then keep such pods to their rows). Not
+    when InterPodAffinity is among them: for a pod without terms of its own (the pods it is
+    node-local for) it filters and scores by the existing pods' terms that select it, over each
+    term's whole topology domain."""
+    return INTER_POD_AFFINITY not in local
 
 
 def nominations(nominator: Optional[Nominator]) -> frozenset:
@@ -149,14 +162,17 @@ class TemplateAnswers:
     them with the shards' answers (ShardBatch.seal)."""
 
     def __init__(self, template: Pod, fw: Framework, snapshot: Snapshot, changes: SnapshotChanges,
-                 nominated: frozenset, status: np.ndarray, statuses: list[Status],
+                 nominated: frozenset, status: Optional[np.ndarray], statuses: list[Status],
                  local: Optional[frozenset] = None) -> None:
         self.template, self.fw, self.snapshot, self.cols = template, fw, snapshot, snapshot.cols
         # None: the answers are every plugin's. Else the names of the plugins node-local for the
-        # template: its raw scores are kept for those alone (its Filter plugins are all among them).
+        # template: its raw scores are kept for those alone.
         self.local = local
         self.changes, self.nominated = changes, nominated
-        self.status, self.statuses = status, statuses  # FEASIBLE, NOT_EVALUATED or an index in statuses
+        # FEASIBLE, NOT_EVALUATED or an index in statuses; None: raw scores only, each pod
+        # filtered as usual (a Filter plugin the template runs is not node-local).
+        self.status, self.statuses = status, statuses
+        self.filters = status is not None
         self._status_index = {(s.code, s.plugin, s.reasons): i for i, s in enumerate(statuses)}
         self.raw: Optional[dict[str, np.ndarray]] = None  # plugin -> raw score per row
         self.scored = np.zeros(self.cols.n, bool)  # rows whose raw scores are current
@@ -249,6 +265,11 @@ class TemplateAnswers:
         Score observation either way."""
         runs = [p.name for p in fw.points["score"] if p.name not in state.skip_score_plugins]
         wanted = set(runs) if self.local is None else {n for n in runs if n in self.local}
+        if not self.filters:  # (filter() takes the changes when it answers the search)
+            self._take_changes()
+            self.pods += 1
+            if self.raw is None:  # each row is scored when a pod first reads it
+                self.raw = {p: np.zeros(self.cols.n, np.int64) for p in wanted}
         if self.raw is None:  # the first pod of the template scores every feasible node
             every = np.flatnonzero(self.status == FEASIBLE)
             got = fw.run_raw_score(state, pod, snapshot, every, only=wanted)
@@ -266,6 +287,7 @@ class TemplateAnswers:
             self.scored[missing] = True
             self.local_rows += len(missing)
         out = {p: full[rows] for p, full in self.raw.items()}
-        if self.local is not None:
-            out.update(fw.run_raw_score(state, pod, snapshot, rows, only=set(runs) - wanted, observe=False))
+        others = set(runs) - wanted
+        if others:
+            out.update(fw.run_raw_score(state, pod, snapshot, rows, only=others, observe=False))
         return out

@@ -21,7 +21,9 @@ Replicas whose Filter plugins (those their PreFilter leaves) are all node-local 
 plugin is not (preferred inter-pod affinity, spreading that only scores) keep the node-local
 plugins' answers alone: every Filter verdict and the node-local raw scores (a pod with affinity
 terms placed changes them only on its node), InterPodAffinity's or PodTopologySpread's scores
-computed for each pod on its feasible nodes (answers.py).
+computed for each pod on its feasible nodes (answers.py). Replicas with a Filter plugin that is
+not node-local (required spreading or inter-pod affinity) are filtered pod by pod as usual and
+keep the node-local plugins' raw scores alone.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState
 from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh.answers import (FEASIBLE, NOT_EVALUATED, TemplateAnswers, node_local_plugins, nominations,
-                                    runs_only_node_local_filters)
+                                    rows_only_for_affinity_pods, runs_only_node_local_filters)
 from schedmesh.scheduling.cycle import Diagnosis, LocalEvaluator, SchedulingAlgorithm
 from schedmesh.telemetry.metrics import REPLICA_ANSWERS
 
@@ -74,17 +76,24 @@ class ReplicaAnswers:
                ordered: np.ndarray, to_find: int, diagnosis: Diagnosis,
                nominator: Optional[Nominator]) -> Optional[np.ndarray]:
         self._answered_uid = ""
-        local = self._node_local_part(algo, fw, state, pod, nominator)
-        if local is _NOT_ANSWERED:
+        part = self._node_local_part(algo, fw, state, pod, nominator)
+        if part is _NOT_ANSWERED:
             self._last = None
             self.drop()
             return None
+        local, filters = part
         last, self._last = self._last, pod
         a = self.current
         if a is not None and (not same_template(a.template, pod) or not a.valid_for(fw, snapshot, nominator)
-                              or a.local != local):
+                              or a.local != local or a.filters != filters):
             self.drop()
             a = None
+        if not filters:  # raw scores only: filtered as usual
+            if a is None and last is not None and same_template(last, pod):
+                a = self._build_scores(fw, pod, snapshot, nominator, local)
+            if a is not None:
+                self._answered_uid = pod.meta.uid  # (its raw_scores come from the answers)
+            return None
         if a is None:
             if last is None or not same_template(last, pod):
                 return None  # a template seen once: evaluated as usual
@@ -107,23 +116,40 @@ class ReplicaAnswers:
         got = a.raw_scores(fw, state, pod, snapshot, rows)
         if got is None:
             self.drop()
+        elif not a.filters:
+            _ANSWERED.inc()
         return got
 
     @staticmethod
     def _node_local_part(algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod,
                          nominator: Optional[Nominator]) -> object:
-        """None when every plugin is node-local for the pod (the answers are all of its
-        plugins'); the node-local plugins' names when only theirs can be kept: every Filter
-        plugin it runs is among them, and no pod is nominated anywhere (the others would count
-        nominated pods node by node); _NOT_ANSWERED otherwise."""
+        """What of the pod's answers can be kept, as (plugins, filters): (None, True) when every
+        plugin is node-local for it (all of its answers); (the node-local plugins' names, True)
+        when every Filter plugin it runs is among them and no pod is nominated anywhere (the
+        others would count nominated pods node by node): their verdicts and raw scores; (the
+        names, False) otherwise: their raw scores only (Score never counts nominated pods).
+        _NOT_ANSWERED when none of its Score plugins is node-local, with extenders, or for a pod
+        with a nominated node (kube tries that node alone first)."""
         if algo.extenders or pod.nominated_node_name:
             return _NOT_ANSWERED
         local = node_local_plugins(fw, pod)
         if len(local) == len(fw.plugins):
-            return None
-        if not runs_only_node_local_filters(fw, state, local) or nominations(nominator):
+            return None, True
+        if runs_only_node_local_filters(fw, state, local) and not nominations(nominator):
+            return local, True
+        if not any(p.name in local for p in fw.points["score"]):
             return _NOT_ANSWERED
-        return local
+        return local, False
+
+    def _build_scores(self, fw: Framework, pod, snapshot: Snapshot, nominator: Optional[Nominator],
+                      local: frozenset) -> TemplateAnswers:
+        """Answers holding the node-local plugins' raw scores alone, each row scored when a pod
+        first reads it (under the cache lock, as the cycle: the change log starts now)."""
+        changes = snapshot.watch_changes(ignore_status_updates=True, ignore_affinity=rows_only_for_affinity_pods(local))
+        self.current = a = TemplateAnswers(pod, fw, snapshot, changes, nominations(nominator), None, [], local)
+        self.templates += 1
+        _BUILT.inc()
+        return a
 
     def _build(self, algo: SchedulingAlgorithm, fw: Framework, state: CycleState, pod, snapshot: Snapshot,
                ordered: np.ndarray, nominator: Optional[Nominator], local: Optional[frozenset] = None
@@ -134,7 +160,8 @@ class ReplicaAnswers:
         rows = np.sort(ordered)
         feasible, rejected, statuses = algo.filter_rows(fw, state, pod, snapshot, rows, nominator)
         # Under the cache lock, as the cycle: the change log starts from these verdicts.
-        changes = snapshot.watch_changes(ignore_status_updates=True, ignore_affinity=local is not None)
+        changes = snapshot.watch_changes(ignore_status_updates=True,
+                                         ignore_affinity=local is not None and rows_only_for_affinity_pods(local))
         status = np.full(snapshot.cols.n, NOT_EVALUATED, np.int32)
         status[feasible] = FEASIBLE
         self.current = a = TemplateAnswers(pod, fw, snapshot, changes, nominations(nominator), status, [], local)

@@ -9,7 +9,8 @@ from fractions import Fraction
 import pytest
 
 from schedmesh.api.labels import LabelSelector
-from schedmesh.api.types import Affinity, PodAffinity, PodAffinityTerm, Taint, same_but_status, same_template
+from schedmesh.api.types import (Affinity, PodAffinity, PodAffinityTerm, Taint, WeightedPodAffinityTerm,
+                                 same_but_status, same_template)
 from schedmesh.bench.workloads import build, make_pod
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState
@@ -39,11 +40,12 @@ def _outcome(res) -> tuple:
             sorted((n, s.code, s.reasons) for n, s in res.diagnosis.node_to_status.items()))
 
 
-def _schedule(nodes, init, pods, evaluator, churn: bool, seed: int = 7) -> tuple[list, FanOutEvaluator]:
+def _schedule(nodes, init, pods, evaluator, churn: bool, seed: int = 7,
+              between=None) -> tuple[list, FanOutEvaluator]:
     """Each pod scheduled and assumed in turn; with `churn`, seeded changes between pods:
     bound pods deleted, bound (status only: ignored by the answers) or given more cpu (not
     ignored), a node tainted and untainted, a pod with anti-affinity placed, a nomination made
-    and dropped."""
+    and dropped. `between(i, snapshot)`: called before the i-th pod, for changes of the test's own."""
     snap = Snapshot(nodes, init)
     fw = Framework(default_profile(), snapshot_fn=lambda: snap)
     algo = SchedulingAlgorithm(tie_break="random", seed=3, evaluator=evaluator)
@@ -52,6 +54,8 @@ def _schedule(nodes, init, pods, evaluator, churn: bool, seed: int = 7) -> tuple
     placed: list = []
     out = []
     for i, pod in enumerate(pods):
+        if between is not None:
+            between(i, snap)
         if churn:
             roll = rng.random()
             if roll < 0.15 and placed:
@@ -110,6 +114,13 @@ def _schedule(nodes, init, pods, evaluator, churn: bool, seed: int = 7) -> tuple
     ("SchedulingPreferredPodAntiAffinity", 400, True),
     ("PreferredTopologySpreading", 400, True),
     ("PreferredTopologySpreading", 40, True),
+    # node-local raw scores alone: a Filter plugin that is not node-local (required spreading or
+    # inter-pod affinity), each pod filtered as usual
+    ("TopologySpreading", 600, False),
+    ("TopologySpreading", 400, True),
+    ("TopologySpreading", 200, True),
+    ("SchedulingPodAffinity", 400, True),
+    ("SchedulingPodAntiAffinity", 1500, True),  # (its 1,000 initial pods hold a node each)
 ])
 def test_every_pod_is_decided_as_the_cycle_decides_it_alone(workload: str, nodes: int, churn: bool) -> None:
     w = build(workload, nodes, None, 400, 1)
@@ -161,7 +172,8 @@ def test_one_filter_and_one_score_observation_per_cycle() -> None:
                     got[s.labels["extension_point"]] = got.get(s.labels["extension_point"], 0) + s.value
         return got.get("Filter", 0), got.get("Score", 0)
 
-    for workload in ("SchedulingBasic", "SchedulingPreferredPodAffinity"):  # all answers, node-local ones
+    # all answers, node-local ones, node-local raw scores alone
+    for workload in ("SchedulingBasic", "SchedulingPreferredPodAffinity", "TopologySpreading"):
         w = build(workload, 400, 0, 50, 1)
         before = counts()
         _schedule(w.nodes, [], w.measured, LocalEvaluator(), churn=False)
@@ -177,7 +189,8 @@ def test_node_local_answers_outlive_the_placement_of_pods_with_affinity_terms() 
     which changes InterPodAffinity's scores everywhere but the node-local plugins' answers only
     on its node, so one template's answers serve every replica (InterPodAffinity scored per pod),
     and every pod is decided as the cycle decides it alone. Once a pod with required
-    anti-affinity runs, InterPodAffinity filters too: the answers are dropped, not misapplied."""
+    anti-affinity runs, InterPodAffinity filters too: the verdicts are not kept, only the
+    node-local raw scores (each replica filtered as usual)."""
     w = build("SchedulingPreferredPodAffinity", 300, 100, 120, 1)
     alone, _ = _schedule(w.nodes, w.init, w.measured, LocalEvaluator(), churn=False)
     w = build("SchedulingPreferredPodAffinity", 300, 100, 120, 1)
@@ -198,7 +211,8 @@ def test_node_local_answers_outlive_the_placement_of_pods_with_affinity_terms() 
     w = build("SchedulingPreferredPodAffinity", 300, 100, 60, 1)
     anti.node_name = w.nodes[0].meta.name
     kept, ev = _schedule(w.nodes, w.init + [anti], w.measured, FanOutEvaluator([], [], None), churn=False)
-    assert kept == alone and ev.replicas.templates == 0
+    assert kept == alone and ev.replicas.templates == 1
+    assert not ev.replicas.current.filters  # the node-local raw scores alone: each replica filtered
 
 
 def test_a_change_feed_for_node_local_answers_keeps_pods_with_affinity_terms_to_their_rows() -> None:
@@ -251,3 +265,42 @@ def test_a_status_update_is_left_out_of_the_answers_change_feed_only() -> None:
     snap.add_pod(relabelled, n1)  # moved: both nodes changed
     assert answers.rows == {row, snap.get(n1).index}
     assert [pi.pod for pi in snap.get(n1).pods] == [relabelled]
+
+
+@pytest.mark.parametrize("workload", ["PreferredTopologySpreading", "TopologySpreading"])
+@pytest.mark.parametrize("kind", ["preferred", "required"])
+def test_pods_whose_terms_select_the_replicas_change_their_scores_beyond_their_rows(workload: str, kind: str) -> None:
+    """Replicas without affinity terms of their own are scored by InterPodAffinity from the
+    existing pods' terms that select them (preferred ones with their weight, required ones with
+    hardPodAffinityWeight), over the whole topology domain: a pod with such terms placed or
+    removed changes the replicas' scores beyond its own row, so the answers kept for them are
+    dropped, not misapplied."""
+    def with_terms(name: str, namespace: str, labels: dict):
+        p = make_pod(name, labels={"app": "other"})
+        p.meta.namespace = namespace
+        term = PodAffinityTerm(topology_key="topology.kubernetes.io/zone",
+                               label_selector=LabelSelector.of(match_labels=labels))
+        p.affinity = Affinity(pod_affinity=PodAffinity(
+            required=[term] if kind == "required" else [],
+            preferred=[WeightedPodAffinityTerm(80, term)] if kind == "preferred" else []))
+        return p
+
+    def run(evaluator):
+        w = build(workload, 60, 0, 90, 1)
+        template = w.measured[0]
+        placed = []
+
+        def between(i: int, snap: Snapshot) -> None:
+            if i in (30, 50):
+                p = with_terms(f"selector-{i}", template.meta.namespace, template.meta.labels)
+                snap.add_pod(p, w.nodes[7 * i % len(w.nodes)].meta.name)
+                placed.append(p)
+            elif i == 70:
+                snap.remove_pod(placed[0])
+        return _schedule(w.nodes, [], w.measured, evaluator, churn=False, between=between)
+
+    alone, _ = run(LocalEvaluator())
+    kept, ev = run(FanOutEvaluator([], [], None))
+    assert [i for i, (a, b) in enumerate(zip(alone, kept)) if a != b] == []
+    assert ev.replicas.templates >= 2  # kept before and after each change
+    assert any("InterPodAffinity" in o[0][4] for o in alone[31:70] if o[0] != "unschedulable")
