@@ -31,9 +31,10 @@ def zone_key(node: Node) -> str:
 class LabelColumn:
     """One label key over all nodes: an int code per node (MISSING where absent)."""
 
-    __slots__ = ("codes", "values", "code_of")
+    __slots__ = ("codes", "values", "code_of", "_on_every_node")
 
     def __init__(self, key: str, nodes: list[Node]) -> None:
+        self._on_every_node: Optional[bool] = None
         self.code_of: dict[str, int] = {}
         codes = np.empty(len(nodes), dtype=np.int32)
         for i, n in enumerate(nodes):
@@ -50,6 +51,12 @@ class LabelColumn:
 
     def present(self) -> np.ndarray:
         return self.codes != MISSING
+
+    def on_every_node(self) -> bool:
+        """Whether every node has the label (kept: a column never changes)."""
+        if self._on_every_node is None:
+            self._on_every_node = bool((self.codes != MISSING).all())
+        return self._on_every_node
 
     def isin(self, values: Iterable[str]) -> np.ndarray:
         wanted = [self.code_of[v] for v in values if v in self.code_of]

@@ -189,9 +189,12 @@ def compute_pre_filter_state(constraints: list[SpreadConstraint], pod: Pod, snap
     """calPreFilterState over every node of the snapshot, as arrays."""
     cols = snapshot.cols
     inclusion = NodeInclusion(pod)
-    has_all = np.ones(cols.n, dtype=bool)
-    for c in constraints:
-        has_all &= cols.label(c.topology_key).present()
+    # The nodes with every constraint's key; None when that is every node (most clusters).
+    has_all: Optional[np.ndarray] = None
+    if not all(cols.label(c.topology_key).on_every_node() for c in constraints):
+        has_all = np.ones(cols.n, dtype=bool)
+        for c in constraints:
+            has_all &= cols.label(c.topology_key).present()
     domains, paths = [], []
     counts_by_selector: dict = {}
     for c in constraints:
@@ -199,16 +202,21 @@ def compute_pre_filter_state(constraints: list[SpreadConstraint], pod: Pod, snap
         eligible = has_all
         policy = inclusion.mask(c, cols)
         if policy is not None:
-            eligible = eligible & policy
+            eligible = policy if eligible is None else eligible & policy
         key = c.selector
         node_counts = counts_by_selector.get(key)
         if node_counts is None:
             node_counts = counts_by_selector[key] = index.node_counts(pod.meta.namespace, c.selector)
         ndom = len(col.values)
-        codes = col.codes[eligible]
-        present = np.bincount(codes, minlength=ndom)[:ndom] > 0 if len(codes) else np.zeros(ndom, bool)
+        if eligible is None:
+            # Every node: each value of the column is some node's, so every domain is present.
+            codes, weights = col.codes, node_counts
+            present = np.ones(ndom, bool)
+        else:
+            codes, weights = col.codes[eligible], node_counts[eligible]
+            present = np.bincount(codes, minlength=ndom)[:ndom] > 0 if len(codes) else np.zeros(ndom, bool)
         # Float weights are exact for any realistic pod count (< 2**53).
-        counts = (np.bincount(codes, weights=node_counts[eligible], minlength=ndom)[:ndom].astype(np.int64)
+        counts = (np.bincount(codes, weights=weights, minlength=ndom)[:ndom].astype(np.int64)
                   if len(codes) else np.zeros(ndom, np.int64))
         d = DomainCounts(col, counts, present)
         domains.append(d)

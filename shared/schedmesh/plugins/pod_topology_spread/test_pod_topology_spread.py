@@ -17,7 +17,7 @@ from schedmesh.api.labels import LabelSelector, LabelSelectorRequirement
 from schedmesh.api.load import load_text
 from schedmesh.api.types import TopologySpreadConstraint, WorkloadSelector
 from schedmesh.cache.node_info import PodInfo
-from schedmesh.cache.snapshot import Snapshot
+from schedmesh.cache.snapshot import LabelColumn, Snapshot
 from schedmesh.framework.events import ActionType, EventResource, QueueingHint
 from schedmesh.framework.interface import Code, CycleState
 from schedmesh.plugins.pod_topology_spread import (ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH,
@@ -1147,6 +1147,38 @@ def test_pod_index_matches_brute_force_and_follows_changes():
 
 
 # ---- bulk vs per-node on random clusters --------------------------------------------------------
+
+def test_pre_filter_state_when_every_node_has_the_keys_is_the_general_computation(monkeypatch):
+    """PreFilter skips the per-node eligibility mask when every node carries every constraint's
+    key (no row is left out, every domain is present): the same state as the general
+    computation, with and without node inclusion policies."""
+    rng = random.Random(29)
+    for trial in range(40):
+        nodes = []
+        for i in range(rng.randint(1, 14)):
+            labels = {HOST: f"n{i}", ZONE: rng.choice(["z1", "z2", "z3"])}
+            if rng.random() < 0.5:
+                labels["pool"] = rng.choice(["a", "b"])
+            nodes.append(node(f"n{i}", labels, UNSCHEDULABLE_TAINT if rng.random() < 0.2 else []))
+        pods = [pod(f"p{j}", f"n{rng.randrange(len(nodes))}", {"app": rng.choice(["w", "v"])},
+                    terminating=rng.random() < 0.1) for j in range(rng.randint(0, 30))]
+        constraints = [sc(rng.randint(1, 3), key, DNS, {"matchLabels": {"app": "w"}},
+                          rng.choice([None, 2]), rng.choice([None, "Ignore"]), rng.choice([None, "Honor"]))
+                       for key in rng.sample([HOST, ZONE], rng.randint(1, 2))]
+        p = the_pod(pod("incoming", labels={"app": "w"}, constraints=constraints,
+                        node_selector={"pool": "a"} if rng.random() < 0.3 else None))
+
+        def pre_filter_state() -> tuple[list, list]:
+            state = CycleState()
+            _, st = PodTopologySpread(LIST).pre_filter(state, p, snapshot(nodes, pods))
+            assert st is None
+            return state_dicts(state.read(PRE_FILTER_STATE_KEY))
+
+        fast = pre_filter_state()
+        with monkeypatch.context() as m:
+            m.setattr(LabelColumn, "on_every_node", lambda self: False)
+            assert pre_filter_state() == fast, trial
+
 
 def test_bulk_and_per_node_agree_on_random_clusters():
     rng = random.Random(11)
