@@ -15,10 +15,12 @@ some Score plugins are not (preferred inter-pod affinity, soft spreading), the a
 node-local plugins alone (`TemplateAnswers.local`): every Filter verdict, and the node-local
 raw scores, which still change only where a node's pods change (a pod with affinity terms
 placed changes no other row for them, unless InterPodAffinity is among them:
-`rows_only_for_affinity_pods`); each pod runs its other Score plugins on its feasible nodes. Replicas with a Filter plugin that is not node-local (required spreading or inter-pod
-affinity) keep the node-local raw scores alone (`TemplateAnswers.filters` False): each pod is
-filtered as usual, and its feasible nodes' node-local raw scores are taken where current,
-computed where not (a row changed, or no pod before read it).
+`rows_only_for_affinity_pods`); each pod runs its other Score plugins on its feasible nodes.
+
+Replicas with a Filter plugin that is not node-local (required spreading or inter-pod affinity)
+keep the node-local raw scores alone (`TemplateAnswers.filters` False): each pod is filtered as
+usual, and its feasible nodes' node-local raw scores are taken where current, computed where not
+(a row changed, or no pod before read it).
 """
 from __future__ import annotations
 
@@ -262,7 +264,8 @@ class TemplateAnswers:
         """Raw scores of `rows` (this pod's feasible nodes): kept ones where current, computed
         here elsewhere; None when this pod's PreScore skipped other plugins than the template's.
         With node-local answers (`local`), the pod's other Score plugins run on `rows`; one
-        Score observation either way."""
+        Score observation either way. Answers without verdicts (`filters` False) take the
+        snapshot's changes here, and score each row when a pod first reads it."""
         runs = [p.name for p in fw.points["score"] if p.name not in state.skip_score_plugins]
         wanted = set(runs) if self.local is None else {n for n in runs if n in self.local}
         if not self.filters:  # (filter() takes the changes when it answers the search)
