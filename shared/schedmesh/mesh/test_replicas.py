@@ -44,8 +44,9 @@ def _schedule(nodes, init, pods, evaluator, churn: bool, seed: int = 7,
               between=None) -> tuple[list, FanOutEvaluator]:
     """Each pod scheduled and assumed in turn; with `churn`, seeded changes between pods:
     bound pods deleted, bound (status only: ignored by the answers) or given more cpu (not
-    ignored), a node tainted and untainted, a pod with anti-affinity placed, a nomination made
-    and dropped. `between(i, snapshot)`: called before the i-th pod, for changes of the test's own."""
+    ignored), a node tainted and untainted, a pod with anti-affinity placed, a pod whose
+    preferred affinity selects the pods to come placed, a nomination made and dropped.
+    `between(i, snapshot)`: called before the i-th pod, for changes of the test's own."""
     snap = Snapshot(nodes, init)
     fw = Framework(default_profile(), snapshot_fn=lambda: snap)
     algo = SchedulingAlgorithm(tie_break="random", seed=3, evaluator=evaluator)
@@ -65,11 +66,19 @@ def _schedule(nodes, init, pods, evaluator, churn: bool, seed: int = 7,
                 node = ni.node
                 node.taints = [] if node.taints else [Taint("dedicated", "NoSchedule", "x")]
                 snap.update_node(node)
-            elif roll < 0.18:
+            elif roll < 0.175:
                 anti = make_pod(f"anti-{i}", labels={"app": "other"})
                 anti.affinity = Affinity(pod_anti_affinity=PodAffinity(required=[PodAffinityTerm(
                     topology_key="kubernetes.io/hostname")]))
                 snap.add_pod(anti, snap.node_info_list[rng.randrange(snap.num_nodes())].name)
+            elif roll < 0.185 and pod.meta.labels:
+                # preferred affinity for the pods to come, over a zone: their scores change there
+                fan = make_pod(f"fan-{i}", labels={"app": "other"})
+                fan.meta.namespace = pod.meta.namespace
+                term = PodAffinityTerm(topology_key="topology.kubernetes.io/zone",
+                                       label_selector=LabelSelector.of(match_labels=pod.meta.labels))
+                fan.affinity = Affinity(pod_affinity=PodAffinity(preferred=[WeightedPodAffinityTerm(50, term)]))
+                snap.add_pod(fan, snap.node_info_list[rng.randrange(snap.num_nodes())].name)
             elif roll < 0.19:
                 from schedmesh.cache.node_info import PodInfo
                 big = make_pod(f"nominated-{i}", cpu="3")
