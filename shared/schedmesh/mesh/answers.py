@@ -66,13 +66,13 @@ def runs_only_node_local_filters(fw: Framework, state: CycleState, local: frozen
     return all(p.name in local for p in fw.points["filter"] if p.name not in state.skip_filter_plugins)
 
 
-def rows_only_for_affinity_pods(local: frozenset) -> bool:
+def rows_only_for_affinity_pods(local: Optional[frozenset]) -> bool:
     """Whether placing or removing a pod with affinity terms changes the answers of the plugins
-    `local` on its own node only (a change feed may then keep such pods to their rows). Not
-    when InterPodAffinity is among them: for a pod without terms of its own (the pods it is
-    node-local for) it filters and scores by the existing pods' terms that select it, over each
-    term's whole topology domain."""
-    return INTER_POD_AFFINITY not in local
+    `local` (None: every plugin) on its own node only (a change feed may then keep such pods to
+    their rows). Not when InterPodAffinity is among them: for a pod without terms of its own (the
+    pods it is node-local for) it filters and scores by the existing pods' terms that select it,
+    over each term's whole topology domain."""
+    return local is not None and INTER_POD_AFFINITY not in local
 
 
 def nominations(nominator: Optional[Nominator]) -> frozenset:

@@ -160,8 +160,7 @@ class ReplicaAnswers:
         rows = np.sort(ordered)
         feasible, rejected, statuses = algo.filter_rows(fw, state, pod, snapshot, rows, nominator)
         # Under the cache lock, as the cycle: the change log starts from these verdicts.
-        changes = snapshot.watch_changes(ignore_status_updates=True,
-                                         ignore_affinity=local is not None and rows_only_for_affinity_pods(local))
+        changes = snapshot.watch_changes(ignore_status_updates=True, ignore_affinity=rows_only_for_affinity_pods(local))
         status = np.full(snapshot.cols.n, NOT_EVALUATED, np.int32)
         status[feasible] = FEASIBLE
         self.current = a = TemplateAnswers(pod, fw, snapshot, changes, nominations(nominator), status, [], local)
