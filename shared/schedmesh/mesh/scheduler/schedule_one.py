@@ -131,6 +131,7 @@ class ScheduleOne:
                         self._attempt_run(run, batch)
                     finally:
                         self.deciding = False
+                        self._bind_queue.recheck()  # a binding batch waiting for these pods may go
                     continue
             if self.queue.closed:
                 return

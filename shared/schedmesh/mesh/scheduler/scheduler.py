@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import queue
 import threading
 import time
 from typing import Optional
@@ -50,7 +49,7 @@ from schedmesh.preemption.executor import SERVICE_KEY as PREEMPTION_EXECUTOR
 from schedmesh.v1 import binder_pb2_grpc, events_pb2, preemption_pb2_grpc, queue_pb2
 from schedmesh.v1 import scheduling_pb2 as spb
 from schedmesh.mesh.scheduler.admission import Admission
-from schedmesh.mesh.scheduler.binding_cycle import BindingCycle
+from schedmesh.mesh.scheduler.binding_cycle import BindingCycle, BindingQueue
 from schedmesh.mesh.scheduler.eventhandlers import EventHandlers
 from schedmesh.mesh.scheduler.schedule_one import ScheduleOne, TracedEvaluator, trace_method
 from schedmesh.mesh.scheduler.state import BOUND, IN_FLIGHT, AssumedPod, PodNotes, QueueManagerConfig
@@ -128,7 +127,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self.events_consumer: Optional[EventConsumer] = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._bind_queue: queue.SimpleQueue[Optional[AssumedPod]] = queue.SimpleQueue()  # None: stop()
+        self._bind_queue = BindingQueue()
         self._bind_thread: Optional[threading.Thread] = None
         # Mutual TLS with the queue-manager's certificate: the binder admits no other identity.
         self._binder_channel = channel(cfg.binder, TLSFiles.from_env())

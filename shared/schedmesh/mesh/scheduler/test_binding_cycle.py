@@ -3,7 +3,6 @@ outcome is unknown (binder unreachable, or its record unacknowledged) is sent ag
 node, never forgotten while it may be in the log."""
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from types import SimpleNamespace
@@ -15,7 +14,7 @@ from schedmesh.api.types import ObjectMeta, Pod
 from schedmesh.framework.events import EVENT_ASSIGNED_POD_DELETE
 from schedmesh.framework.interface import Code, Status
 from schedmesh.mesh.binder import PUBLISH_FAILED
-from schedmesh.mesh.scheduler.binding_cycle import BindingCycle
+from schedmesh.mesh.scheduler.binding_cycle import BindingCycle, BindingQueue
 from schedmesh.mesh.scheduler.state import AssumedPod, QueueManagerConfig
 from schedmesh.v1 import binder_pb2
 
@@ -68,7 +67,7 @@ class Cycle(BindingCycle):
         self._stop = threading.Event()
         self._resent = threading.Event()
         self._resent.set()
-        self._bind_queue = queue.SimpleQueue()
+        self._bind_queue = BindingQueue()
         self._assumed_lock, self._notes_lock = threading.Lock(), threading.Lock()
         self.assumed, self.notes = {}, {}
         self.cache = SimpleNamespace(lock=threading.RLock(), pods={}, view_offsets=dict, expect_records=lambda now=True: None)
@@ -378,3 +377,47 @@ def test_the_first_binding_after_a_pause_does_not_linger() -> None:
     c._stop.set()
     c._bind_queue.put(None)
     loop.join(5)
+
+
+def test_a_gathering_binding_cycle_is_woken_by_what_it_waits_for_not_by_each_pod() -> None:
+    """The waiter sleeps through puts that leave its wait unmet (a wake-up per pod was two thread
+    switches per pod); the put that completes the count, a recheck() once `done` holds, or stop's
+    None ends the wait at once."""
+    bq = BindingQueue()
+    flag = threading.Event()
+    waiter_checks: list[str] = []  # the predicate's evaluations on the waiting thread
+
+    def done() -> bool:
+        if threading.current_thread() is waiting:
+            waiter_checks.append("checked")
+        return flag.is_set()
+
+    def gather(count: int) -> None:
+        bq.wait(count, 5.0, done)
+        ended.append(time.monotonic())
+
+    for ending in ("count", "recheck", "stop"):
+        ended: list[float] = []
+        waiter_checks.clear()
+        flag.clear()
+        waiting = threading.Thread(target=gather, args=(bq.qsize() + 20,), daemon=True)
+        waiting.start()
+        time.sleep(0.05)
+        for i in range(19):
+            bq.put(SimpleNamespace(name=f"{ending}-{i}"))
+        time.sleep(0.1)
+        assert not ended and len(waiter_checks) == 1  # 19 puts, not one wake-up
+        started = time.monotonic()
+        if ending == "count":
+            bq.put(SimpleNamespace(name="twentieth"))
+        elif ending == "recheck":
+            bq.recheck()  # nothing changed: still waiting
+            time.sleep(0.05)
+            assert not ended
+            flag.set()
+            bq.recheck()
+        else:
+            bq.put(None)
+        waiting.join(2)
+        assert ended and ended[0] - started < 0.5 and len(waiter_checks) <= 2  # woken once
+    assert bq.qsize() == 20 + 19 + 20 and bq.take(100)[-1] is None and bq.empty()
