@@ -135,7 +135,6 @@ class ScheduleOne:
                     continue
             if self.queue.closed:
                 return
-            self.inbox.drain()
             self._warm()
             # until a pod can be popped (stop() closes the queue); the pending gauge's period at most
             self.queue.wait(0.5)
@@ -221,7 +220,6 @@ class ScheduleOne:
         self.evaluator.use_batch(batch)
         try:
             for qpi, cycle in run:
-                self.inbox.drain()  # the records the follower handed over meanwhile
                 self._attempt(qpi, cycle)
         finally:
             self.evaluator.end_batch()

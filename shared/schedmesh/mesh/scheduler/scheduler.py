@@ -50,7 +50,6 @@ from schedmesh.v1 import binder_pb2_grpc, events_pb2, preemption_pb2_grpc, queue
 from schedmesh.v1 import scheduling_pb2 as spb
 from schedmesh.mesh.scheduler.admission import Admission
 from schedmesh.mesh.scheduler.binding_cycle import BindingCycle, BindingQueue
-from schedmesh.mesh.scheduler.record_inbox import RecordInbox
 from schedmesh.mesh.scheduler.eventhandlers import EventHandlers
 from schedmesh.mesh.scheduler.schedule_one import ScheduleOne, TracedEvaluator, trace_method
 from schedmesh.mesh.scheduler.state import BOUND, IN_FLIGHT, AssumedPod, PodNotes, QueueManagerConfig
@@ -129,9 +128,6 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._bind_queue = BindingQueue()
-        # The follower's record batches, applied by the scheduling thread between its attempts
-        # while it is busy (record_inbox: fewer interpreter-lock hand-offs).
-        self.inbox = RecordInbox(self._apply_records)
         self._bind_thread: Optional[threading.Thread] = None
         # Mutual TLS with the queue-manager's certificate: the binder admits no other identity.
         self._binder_channel = channel(cfg.binder, TLSFiles.from_env())
@@ -181,21 +177,13 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
             threading.Thread(target=self.evaluator.keep_fed, args=(self.cache.lock, lambda: self.cache.snapshot,
                                                                    self._stop), name="shard-feed", daemon=True).start()
 
-    def _apply_records(self, recs) -> None:
-        assert self.follower is not None
-        self.follower.apply_records(recs)
-
     async def follow(self) -> None:
-        """Apply state records, a batch at a time: between attempts on the scheduling thread while
-        it is busy (RecordInbox), else on a worker thread (the cycle may hold cache.lock a while)."""
+        """Apply state records on a worker thread (the cycle may hold cache.lock for a while)."""
         assert self.follower is not None
         while True:
             recs = await self.follower.consumer.getmany(timeout=0.5)
             if recs:
-                if self.deciding or self.queue.has_active():
-                    await self.inbox.apply(recs)
-                else:
-                    await asyncio.to_thread(self._apply_records, recs)
+                await asyncio.to_thread(self.follower.apply_records, recs)
             await self.follower.sample_lag()
 
     async def follow_events(self) -> None:

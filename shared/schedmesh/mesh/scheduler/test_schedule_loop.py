@@ -9,7 +9,6 @@ import time
 from types import SimpleNamespace
 
 from schedmesh.mesh.scheduler.binding_cycle import BindingQueue
-from schedmesh.mesh.scheduler.record_inbox import RecordInbox
 from schedmesh.mesh.scheduler.schedule_one import ScheduleOne
 from schedmesh.queue.testing import make_pod, new_queue
 from schedmesh.v1 import preemption_pb2
@@ -24,7 +23,6 @@ class Loop(ScheduleOne):
         self.loop_running = threading.Event()
         self._cycle_gate = threading.Lock()
         self._bind_queue = BindingQueue()
-        self.inbox = RecordInbox(lambda recs: None)
         self.evaluator = SimpleNamespace(filter_stubs=None)
         self.algo = SimpleNamespace(next_start_node_index=0)
         self.cache = SimpleNamespace(snapshot=SimpleNamespace(generation=0), lock=threading.Lock())
