@@ -56,7 +56,7 @@ def _per_pod(method):
 
 
 class BindingQueue:
-    """The assumed pods on their way from the scheduling thread to the binding cycle (None: stop).
+    """The assumed pods on their way to the binding cycle, its one consumer (None: stop).
 
     Not a plain queue: the binding cycle, gathering a batch, was woken by every pod put, about two
     thread switches and interpreter-lock hand-offs per pod, each costing the queue-manager's
