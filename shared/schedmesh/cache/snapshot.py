@@ -55,7 +55,7 @@ class LabelColumn:
     def on_every_node(self) -> bool:
         """Whether every node has the label (kept: a column never changes)."""
         if self._on_every_node is None:
-            self._on_every_node = bool((self.codes != MISSING).all())
+            self._on_every_node = bool(self.present().all())
         return self._on_every_node
 
     def isin(self, values: Iterable[str]) -> np.ndarray:
