@@ -52,9 +52,11 @@ _MAX_REMEMBERED_DELETIONS = 100_000
 LEDGER_CATCH_UP_SECONDS = 2.0  # how long a batch waits for the ledger to reach the caller's offsets
 
 
-def event_message(pod: Pod, reason: str, message: str, source: str, type_: str = "Normal") -> events_pb2.Event:
-    """A Kubernetes-style Event about `pod`, stamped with the current trace id."""
-    ctx = trace.get_current_span().get_span_context()
+def event_message(pod: Pod, reason: str, message: str, source: str, type_: str = "Normal",
+                  context=None) -> events_pb2.Event:
+    """A Kubernetes-style Event about `pod`, stamped with the trace id of the current span (or of
+    the span in `context`)."""
+    ctx = trace.get_current_span(context).get_span_context()
     return events_pb2.Event(pod_uid=pod.uid, pod=pod.key, type=type_, reason=reason, message=message,
                             source=source, timestamp=time.time(),
                             trace_id=format(ctx.trace_id, "032x") if ctx.is_valid else "")
