@@ -201,3 +201,36 @@ async def test_a_pod_deleted_while_waiting_for_its_node_is_terminated_not_starte
     sn = agent.nodes["n2"]
     assert sn.pods["u-victim"].state == TERMINATING and sn.pods["u-victim"].pod.meta.deletion_timestamp == now[0]
     assert sn.pods["u-other"].state == STARTING
+
+
+async def test_a_started_event_carries_its_pods_trace_without_a_span_nobody_records(monkeypatch) -> None:
+    """The agent starts no start_pod span where none would be recorded (a seventh of its CPU per
+    pod), yet the Started event names the trace of the binding that brought the pod, as the span's
+    would."""
+    from schedmesh.api.types import Node, ObjectMeta, Pod
+    from schedmesh.api.quantity import parse_quantity
+    from schedmesh.bus.topics import EVENTS, NODES, PODS
+    from schedmesh.mesh.records import binding_update, expand, node_record, pod_batch_record, pod_message
+    from schedmesh.v1 import events_pb2
+
+    from schedmesh.mesh import agent as agent_module
+
+    class NoSpans:  # a tracer without a sampler records nothing: starting a span there fails the test
+        def start_as_current_span(self, *args, **kwargs):
+            raise AssertionError("a span nobody records was started")
+
+    monkeypatch.setattr(agent_module, "tracer", NoSpans())
+    t = _ReadingAgent()
+    allocatable = {k: parse_quantity(v) for k, v in {"cpu": "4", "memory": "8Gi", "pods": "110"}.items()}
+    await t.read(NODES, node_record(Node(ObjectMeta(name="node-a"), allocatable=allocatable), source="api"))
+    traced, untraced = (Pod(ObjectMeta(name=f"p-{i}", namespace="default", uid=f"u-{i}")) for i in range(2))
+    await t.read(PODS, pod_batch_record([pod_message(traced, source="api"), pod_message(untraced, source="api")], "api"))
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    await t.read(PODS, pod_batch_record([binding_update(traced, "node-a", "binder-0", f"00-{trace_id}-00f067aa0ba902b7-00"),
+                                         binding_update(untraced, "node-a", "binder-0")], "binder-0"))
+    t.now[0] += t.agent.start_delay + 1.0
+    await t.agent.reconcile()
+    assert set(t.started()) == {"u-0", "u-1"}
+    started = {e.pod_uid: e.trace_id for topic, _key, value in t.sent if topic == EVENTS
+               for e in expand(events_pb2.Event.FromString(value)) if e.reason == "Started"}
+    assert started == {"u-0": trace_id, "u-1": ""}
