@@ -234,3 +234,42 @@ async def test_a_started_event_carries_its_pods_trace_without_a_span_nobody_reco
     started = {e.pod_uid: e.trace_id for topic, _key, value in t.sent if topic == EVENTS
                for e in expand(events_pb2.Event.FromString(value)) if e.reason == "Started"}
     assert started == {"u-0": trace_id, "u-1": ""}
+
+
+async def test_its_own_running_report_read_back_changes_nothing_but_still_starts_a_replayed_pod() -> None:
+    """The agent reads its own Running reports back from the pods topic: for a pod it runs they
+    are skipped before the pod is copied with them; replayed after a restart (the pod rebuilt as
+    Starting from its binding), the same report still marks it Running."""
+    from schedmesh.api.types import Node, ObjectMeta, Pod
+    from schedmesh.api.quantity import parse_quantity
+    from schedmesh.bus.topics import NODES, PODS
+    from schedmesh.mesh.agent import RUNNING, STARTING
+    from schedmesh.mesh.records import binding_update, node_record, pod_batch_record, pod_message
+
+    allocatable = {k: parse_quantity(v) for k, v in {"cpu": "4", "memory": "8Gi", "pods": "110"}.items()}
+    node = node_record(Node(ObjectMeta(name="node-a"), allocatable=allocatable), source="api")
+    pod = Pod(ObjectMeta(name="p-0", namespace="default", uid="u-0"))
+    t = _ReadingAgent()
+    await t.read(NODES, node)
+    await t.read(PODS, pod_batch_record([pod_message(pod, source="api")], "api"))
+    await t.read(PODS, pod_batch_record([binding_update(pod, "node-a", "binder-0")], "binder-0"))
+    t.now[0] += t.agent.start_delay + 1.0
+    await t.agent.reconcile()
+    (report,) = [r for r in t.sent if r[0] == PODS]
+    sp = t.agent.nodes["node-a"].pods["u-0"]
+    running = sp.pod
+    assert sp.state == RUNNING and running.phase == "Running"
+    t.sent.clear()
+    await t.read(PODS, report)
+    assert sp.state == RUNNING and sp.pod is running and t.sent == []
+
+    again = _ReadingAgent()  # the same agent restarted, replaying the topic
+    again.agent._replaying = True
+    await again.read(NODES, node)
+    await again.read(PODS, pod_batch_record([pod_message(pod, source="api")], "api"))
+    await again.read(PODS, pod_batch_record([binding_update(pod, "node-a", "binder-0")], "binder-0"))
+    replayed = again.agent.nodes["node-a"].pods["u-0"]
+    assert replayed.state == STARTING
+    await again.read(PODS, report)
+    assert replayed.state == RUNNING and replayed.pod.phase == "Running"
+    assert replayed.pod.start_time == running.start_time
