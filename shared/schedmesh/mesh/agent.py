@@ -59,7 +59,7 @@ from schedmesh.api.evolve import evolve
 from schedmesh.api.quantity import QuantityError, parse_quantity
 from schedmesh.api.types import Node, ObjectMeta, Pod, PodCondition
 from schedmesh.bus import EventConsumer, EventProducer, Record, watcher_options
-from schedmesh.cache.node_info import NodeInfo
+from schedmesh.cache.node_info import NodeInfo, PodInfo, same_accounting
 from schedmesh.eviction import admission
 from schedmesh.eviction.node_pressure import (POD_CLEANUP_TIMEOUT, EvictionConfig, EvictionManager, NodeCapacity,
                                               NodeUsage, SystemUsage, pressure_conditions)
@@ -179,6 +179,7 @@ class SimPod:
     usage: PodUsage = NO_USAGE  # what it uses while running (the simulated-usage annotation)
     end: Optional[PodEnd] = None  # set when evicted: Failed status instead of a tombstone
     admitted: bool = True  # False only while the agent replays the topics at start
+    info: Optional[PodInfo] = None  # its entry in its node's NodeInfo (SimNode.add)
 
 
 class SimNode:
@@ -213,7 +214,7 @@ class SimNode:
 
     def add(self, sp: SimPod) -> None:
         self.pods[sp.pod.uid] = sp
-        self.info.add_pod(sp.pod)
+        sp.info = self.info.add_pod(sp.pod)
 
     def remove(self, uid: str) -> Optional[SimPod]:
         sp = self.pods.pop(uid, None)
@@ -222,9 +223,14 @@ class SimNode:
         return sp
 
     def update(self, sp: SimPod, pod: Pod) -> None:
-        self.info.remove_pod(sp.pod)
+        old = sp.info
+        if old is not None and same_accounting(old.pod, pod):  # a status change: totals stay as they are
+            sp.info = old.with_pod(pod)
+            self.info.replace_pod(old, sp.info)
+        else:
+            self.info.remove_pod(sp.pod)
+            sp.info = self.info.add_pod(pod)
         sp.pod = pod
-        self.info.add_pod(pod)
 
     def running(self) -> list[SimPod]:
         return [sp for sp in self.pods.values() if sp.state == RUNNING]

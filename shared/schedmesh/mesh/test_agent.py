@@ -273,3 +273,30 @@ async def test_its_own_running_report_read_back_changes_nothing_but_still_starts
     await again.read(PODS, report)
     assert replayed.state == RUNNING and replayed.pod.phase == "Running"
     assert replayed.pod.start_time == running.start_time
+
+
+def test_a_simulated_nodes_totals_follow_its_pods_through_status_changes_and_resizes() -> None:
+    """SimNode.update: a status change (the same requests) replaces the pod's entry without taking
+    its requests out and back; a change of requests moves the node's totals."""
+    from schedmesh.api.evolve import evolve
+    from schedmesh.api.quantity import parse_quantity
+    from schedmesh.api.types import Container, Node, ObjectMeta, Pod
+    from schedmesh.mesh.agent import STARTING, SimNode, SimPod, running_pod
+
+    allocatable = {k: parse_quantity(v) for k, v in {"cpu": "4", "memory": "8Gi", "pods": "110"}.items()}
+    sn = SimNode(Node(ObjectMeta(name="node-a"), allocatable=allocatable))
+    pods = [Pod(ObjectMeta(name=f"p-{i}", namespace="default", uid=f"u-{i}"), node_name="node-a",
+                containers=[Container("c", requests={"cpu": parse_quantity(cpu)})]) for i, cpu in enumerate(["1", "500m"])]
+    sps = [SimPod(p, STARTING) for p in pods]
+    for sp in sps:
+        sn.add(sp)
+    assert sn.info.requested.milli_cpu == 1500
+    started = running_pod(pods[0], 1000.0)
+    sn.update(sps[0], started)
+    assert sn.info.requested.milli_cpu == 1500 and len(sn.info.pods) == 2
+    assert {pi.pod.meta.uid: pi.pod for pi in sn.info.pods}["u-0"] is started
+    resized = evolve(started, containers=[Container("c", requests={"cpu": parse_quantity("2")})])
+    sn.update(sps[0], resized)
+    assert sn.info.requested.milli_cpu == 2500 and {pi.pod.meta.uid: pi.pod for pi in sn.info.pods}["u-0"] is resized
+    sn.remove("u-0")
+    assert sn.info.requested.milli_cpu == 500 and [pi.pod.meta.uid for pi in sn.info.pods] == ["u-1"]
