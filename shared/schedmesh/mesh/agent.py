@@ -846,12 +846,13 @@ class KubeletAgent:
                 self._wake(sn, now)
             updates.append(status_update(pod, self.name))
             started = f"Started container {_containers(pod)}"
+            # A span nobody records (no exporter, or an unsampled trace) cost about a seventh of
+            # the agent's CPU per pod; without it the event still names the pod's trace.
             if records_under(tracer, sp.context):
                 with tracer.start_as_current_span("start_pod", context=sp.context,
                                                   attributes=k8s_attributes(pod, sn.name)):
                     events.append(event_message(pod, "Started", started, self.name))
-            else:  # a span nobody records costs a tenth of the agent's CPU per pod: the event
-                # carries the pod's trace id all the same
+            else:
                 events.append(event_message(pod, "Started", started, self.name, context=sp.context))
         try:
             await self._send_all([*pod_batch_records(updates, self.name), *event_batch_records(events)])
