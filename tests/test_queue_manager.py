@@ -210,3 +210,38 @@ async def test_shard_down_pod_waits_then_binds(mesh) -> None:
     bound = _wait(lambda: next((p for p in stub.GetPods(queue_pb2.GetRequest()).pods
                                 if p.pod.metadata.name == "late-0" and p.queue == "bound"), None), timeout=30)
     assert bound is not None, "late-0 was not bound after the shard came back"
+
+
+def _again(cpu: str) -> str:
+    return f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: again, namespace: default}}
+spec:
+  containers:
+  - name: c
+    image: nginx
+    resources: {{requests: {{cpu: "{cpu}"}}}}
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_pod_applied_again_after_its_deletion_is_a_new_pod_and_is_bound(mesh) -> None:
+    """`delete pod` then `apply` of the same name: the second pod has a uid of its own, as kube's
+    API server gives, and is bound. Under the first one's uid the binder refused it for good
+    ("pod default/again has been deleted")."""
+    stub = _stub(mesh.target)
+    stub.Apply(queue_pb2.ApplyRequest(manifest=NODES))
+
+    def listed(bound: bool = False):
+        return next((p.pod for p in stub.GetPods(queue_pb2.GetRequest()).pods
+                     if p.pod.metadata.name == "again" and (p.pod.node_name or not bound)), None)
+
+    stub.Apply(queue_pb2.ApplyRequest(manifest=_again("64"), source="again.yaml"))  # fits nowhere: stays pending
+    first = _wait(listed)
+    assert "deleted" in stub.Delete(queue_pb2.DeleteRequest(kind="pod", namespace="default", name="again")).result
+    assert _wait(lambda: listed() is None)
+    applied = stub.Apply(queue_pb2.ApplyRequest(manifest=_again("100m"), source="again.yaml")).applied
+    assert "pod/default/again created" in applied
+    second = _wait(lambda: listed(bound=True), timeout=30)
+    assert second.metadata.uid != first.metadata.uid and second.node_name.startswith("node-")

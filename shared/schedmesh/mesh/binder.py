@@ -18,7 +18,6 @@ import asyncio
 import logging
 import os
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 
@@ -34,7 +33,8 @@ from schedmesh.bus.consumer import binder_fetch_interval_ms
 from schedmesh.framework.interface import CycleState
 from schedmesh.framework.profile import PluginRef, PluginSet, Profile
 from schedmesh.framework.runtime import Framework
-from schedmesh.mesh.cluster_cache import STATE_TOPICS, TOPIC_EVENTS, ClusterCache, is_terminal
+from schedmesh.mesh.cluster_cache import (REMEMBERED_DELETIONS, STATE_TOPICS, TOPIC_EVENTS, ClusterCache,
+                                          is_terminal)
 from schedmesh.mesh.records import (binding_update, event_batch_records, pod_batch_records, pod_message,
                                     publish)
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
@@ -48,7 +48,6 @@ tracer = trace.get_tracer("schedmesh.binder")
 
 LEDGER_CLIENT = "binder-ledger"  # the cache's assumed-pods slot holding committed, unseen bindings
 FIT_PLUGINS = ("NodeResourcesFit", "NodePorts")
-_MAX_REMEMBERED_DELETIONS = 100_000
 LEDGER_CATCH_UP_SECONDS = 2.0  # how long a batch waits for the ledger to reach the caller's offsets
 
 
@@ -109,17 +108,13 @@ class BindLedger:
         # an admission check, not a scheduler: kept out of the scheduler_* metrics
         self.framework = Framework(binder_profile(fit_args), snapshot_fn=lambda: cache.snapshot, record_metrics=False)
         self._committed: dict[str, tuple[Pod, str]] = {}  # uid -> (bound pod, node): not yet seen back
-        self._deleted: OrderedDict[str, None] = OrderedDict()  # uids seen tombstoned
+        # a binding for a pod deleted meanwhile is refused (a pod created again under its uid is not)
+        cache.remember_deletions = max(cache.remember_deletions, REMEMBERED_DELETIONS)
         cache.pod_record_hooks.append(self._on_pod_record)
 
     # ---- fed by the cache, each pod record once applied --------------------------------------
     def _on_pod_record(self, item: events_pb2.PodRecord) -> None:
         uid = item.update.uid if item.HasField("update") else item.pod.metadata.uid
-        if item.deleted:
-            self._deleted[uid] = None
-            self._deleted.move_to_end(uid)
-            if len(self._deleted) > _MAX_REMEMBERED_DELETIONS:
-                self._deleted.popitem(last=False)
         if uid in self._committed:  # seen come back (or deleted): the cache holds it now
             current = self.cache.pods.get(uid)
             if item.deleted or (current is not None and current.node_name):
@@ -141,7 +136,7 @@ class BindLedger:
         if not node_name:
             return Decision(False, "no node name")
         with self.cache.lock:
-            if uid in self._deleted:
+            if self.cache.was_deleted(uid):
                 return Decision(False, f"pod {pod.key} has been deleted")
             current = self.cache.pods.get(uid)
             if pod.meta.deletion_timestamp or (current is not None and current.meta.deletion_timestamp):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -30,6 +31,10 @@ from schedmesh.cache.snapshot import Snapshot
 from schedmesh.mesh.records import apply_node_update, apply_update, expand
 from schedmesh.v1 import events_pb2
 
+
+# uids of deleted pods remembered by a reader that asks ClusterCache.was_deleted (the binder, the
+# queue-manager): about 10 MB at most
+REMEMBERED_DELETIONS = 100_000
 
 # Listener: (kind, old object or None, new object or None)
 Listener = Callable[[str, object, object], None]
@@ -72,6 +77,10 @@ class ClusterCache:
     # under the lock: readers that need the records themselves (the binder's ledger) without
     # decoding them a second time.
     pod_record_hooks: list[Callable[[events_pb2.PodRecord], None]] = field(default_factory=list)
+    # How many uids of deleted pods to remember (was_deleted); 0: none. A whole record of the same
+    # uid after its tombstone (the pod created again under that uid) forgets it.
+    remember_deletions: int = 0
+    _deleted: OrderedDict[str, None] = field(default_factory=OrderedDict)
     _changed: threading.Condition = field(init=False)
 
     def __post_init__(self) -> None:
@@ -96,6 +105,8 @@ class ClusterCache:
                             self._apply_pod(apply_update(old, rec.update), False)
                     else:
                         self._apply_pod(self._decode_pod(rec.pod), rec.deleted, rec.spec_update)
+                        if self.remember_deletions:
+                            self._note_deletion(rec.pod.metadata.uid, rec.deleted)
                     for hook in self.pod_record_hooks:
                         hook(rec)
             elif topic == TOPIC_PRIORITY_CLASSES:
@@ -154,6 +165,21 @@ class ClusterCache:
                     desired_healthy=pdb.desired_healthy)
         else:
             self.pdbs[key] = pdb
+
+    def _note_deletion(self, uid: str, deleted: bool) -> None:
+        if deleted:
+            self._deleted[uid] = None
+            self._deleted.move_to_end(uid)
+            if len(self._deleted) > self.remember_deletions:
+                self._deleted.popitem(last=False)
+        elif self._deleted:
+            self._deleted.pop(uid, None)
+
+    def was_deleted(self, uid: str) -> bool:
+        """Whether the pod `uid` was deleted and not created again since (among the latest
+        `remember_deletions` deletions read)."""
+        with self.lock:
+            return uid in self._deleted
 
     def expect(self, pods: list[Pod]) -> None:
         """Pods this process itself is publishing: when their records come back, these objects

@@ -158,3 +158,23 @@ def test_a_pod_no_reader_may_know_is_published_whole():
     assert not binding.HasField("update")
     assert binding.pod.metadata.uid == new.uid and binding.pod.node_name == "n1"
     assert fed.cache._expected == {}
+
+
+def test_a_pod_created_again_under_a_deleted_uid_is_bound_and_a_deleted_one_is_not():
+    """The ledger refuses a binding for a pod deleted since it was decided; a whole record of the
+    same uid after the tombstone (the pod applied again under it) is a pod again, bound as any."""
+    fed = FedCache()
+    fed.apply([node_record(node("n1", capacity={"cpu": "2", "memory": "1Gi", "pods": "10"}))])
+    web = pod("web", requests={"cpu": "100m"}, phase="Pending")
+    servicer = BinderServicer(BindLedger(fed.cache), Sent(), "binder")
+
+    def bind() -> binder_pb2.BindResponse:
+        req = binder_pb2.BindBatchRequest(client_id="qm")
+        req.binds.add(pod=convert.pod_to_proto(web), node_name="n1", client_id="qm")
+        return asyncio.run(servicer.BindBatch(req, None)).results[0]
+
+    fed.apply([pod_record(web), pod_record(web, deleted=True)])
+    refused = bind()
+    assert not refused.bound and "has been deleted" in refused.reason
+    fed.apply([pod_record(web)])
+    assert bind().bound

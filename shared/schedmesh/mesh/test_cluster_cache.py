@@ -200,3 +200,23 @@ spec:
     assert cache.limit_ranges == {"shop/defaults": lr} and cache.pdbs == {}
     _apply(cache, records.limit_range_record(lr, deleted=True))
     assert cache.limit_ranges == {}
+
+
+def test_deleted_uids_are_remembered_until_the_pod_is_created_again():
+    """`was_deleted`: a tombstone's uid, until a whole record of that uid comes after it (the pod
+    created again); only the latest `remember_deletions` of them, and none unless asked."""
+    off = ClusterCache()
+    _apply(off, records.pod_record(_pod("a", node=""), deleted=True))
+    assert not off.was_deleted("uid-a")
+    cache = ClusterCache(remember_deletions=2)
+    _apply(cache, records.pod_record(_pod("a", node="")))
+    assert not cache.was_deleted("uid-a")
+    _apply(cache, records.pod_record(_pod("a", node=""), deleted=True))
+    assert cache.was_deleted("uid-a") and "uid-a" not in cache.pods
+    _apply(cache, records.pod_batch_record([records.deletion_update(_pod("a"), 1.0, "x")], "x"))  # a late delta
+    assert cache.was_deleted("uid-a")
+    _apply(cache, records.pod_record(_pod("a", node="")))
+    assert not cache.was_deleted("uid-a")
+    for name in ("b", "c", "d"):
+        _apply(cache, records.pod_record(_pod(name, node=""), deleted=True))
+    assert [cache.was_deleted(f"uid-{n}") for n in "bcd"] == [False, True, True]

@@ -13,13 +13,15 @@ import grpc
 
 from schedmesh.api import convert
 from schedmesh.api.admission import AdmissionObjects, admit_created_pod
+from schedmesh.api.evolve import evolve
 from schedmesh.api.limit_range import keep_admitted_defaults
-from schedmesh.api.load import AdmissionError, ManifestError, Manifests
+from schedmesh.api.load import AdmissionError, ManifestError, Manifests, object_uid
 from schedmesh.api.runtime_class import admit_runtime_class
 from schedmesh.api.types import DaemonSet, LimitRange, Node, Pod, WorkloadSelector
 from schedmesh.api.update import as_applied, merged_pod, pod_changed, pod_update_error
 from schedmesh.bus import EventProducer
 from schedmesh.mesh import records
+from schedmesh.mesh.cluster_cache import ClusterCache
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 from schedmesh.mesh.scheduler.scheduler import QueueManager
 from schedmesh.mesh.scheduler.state import IN_FLIGHT
@@ -71,6 +73,23 @@ _WORKLOAD_DELETE_KINDS = {
     **{k: "StatefulSet" for k in ("statefulset", "statefulsets", "sts")},
     **{k: "ReplicationController" for k in ("replicationcontroller", "replicationcontrollers", "rc")},
     **{k: "Job" for k in ("job", "jobs")}}
+
+
+def uid_for_created(pod: Pod, cache: ClusterCache) -> Pod:
+    """The pod with the uid it is created under. An applied pod that names no uid gets one from
+    its name (load.object_uid: the same at every apply, so re-applying finds it unchanged); created
+    again after a pod of that uid was deleted, it gets the next uid of its name not taken, as kube's
+    API server gives every object it creates a new uid. Re-created under the deleted pod's uid, it
+    was refused by the binder ("has been deleted") for good, and `describe` mixed the two pods'
+    events."""
+    if not cache.was_deleted(pod.meta.uid) or pod.meta.uid != object_uid("Pod", pod.namespace, pod.name):
+        return pod  # (a uid the manifest names is kept: recorded scenarios name real ones)
+    incarnation = 1
+    while True:  # ("#" is in no object name: these never meet the uid of another name)
+        uid = object_uid("Pod", pod.namespace, f"{pod.name}#{incarnation}")
+        if not cache.was_deleted(uid) and uid not in cache.pods:
+            return evolve(pod, meta=evolve(pod.meta, uid=uid))
+        incarnation += 1
 
 
 def _controller_key(pod: Pod) -> Optional[tuple[str, str, str]]:
@@ -281,6 +300,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
                                    else f"{m.pod_source(p)}: {e.reason}")
                 continue
             if live is None:
+                p = uid_for_created(p, qm.cache)
                 plan.publish.pods.append(p)
                 plan.stored_pods.append(p)
                 plan.lines.append(f"pod/{p.namespace}/{p.name} created")

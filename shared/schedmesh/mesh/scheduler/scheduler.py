@@ -36,8 +36,8 @@ from schedmesh.framework.profile import DEFAULT_SCHEDULER_NAME
 from schedmesh.framework.waiting_pods import WaitingPodsMap
 from schedmesh.plugins.pod_topology_spread import SELECTOR_SOURCES_SERVICE, WorkloadSelectorSources
 from schedmesh.mesh import records
-from schedmesh.mesh.cluster_cache import (TOPIC_EVENTS, TOPIC_NAMESPACES, TOPIC_NODES, TOPIC_PDBS, TOPIC_PODS,
-                                          TOPIC_PRIORITY_CLASSES, ClusterCache)
+from schedmesh.mesh.cluster_cache import (REMEMBERED_DELETIONS, TOPIC_EVENTS, TOPIC_NAMESPACES, TOPIC_NODES,
+                                          TOPIC_PDBS, TOPIC_PODS, TOPIC_PRIORITY_CLASSES, ClusterCache)
 from schedmesh.mesh.applied_store import AppliedStore
 from schedmesh.mesh.runtime import CacheFollower
 from schedmesh.queue.scheduling_queue import PriorityQueue
@@ -64,7 +64,8 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
     def __init__(self, cfg: QueueManagerConfig, bootstrap: str) -> None:
         self.cfg = cfg
         self.bootstrap = bootstrap
-        self.cache = ClusterCache()
+        # (deleted uids remembered: a pod applied again after its deletion gets a new uid, see api.py)
+        self.cache = ClusterCache(remember_deletions=REMEMBERED_DELETIONS)
         if cfg.profiles is None:
             from schedmesh.framework.profile import default_profile
             cfg.profiles = [default_profile()]

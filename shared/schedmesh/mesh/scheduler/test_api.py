@@ -581,3 +581,41 @@ def test_a_pods_update_keeps_what_its_readers_know_of_its_binding_and_status() -
     p = topic_reader.get_pod("default", "web")
     assert p.meta.labels == {"tier": "front"}
     assert (p.node_name, p.phase, p.meta.deletion_timestamp) == ("node-1", "Running", 50.0)
+
+
+def test_a_pod_applied_again_after_its_deletion_is_created_under_a_new_uid() -> None:
+    """kube's API server gives every pod it creates a new uid. A pod applied without one gets a uid
+    from its name (the same at each apply, so re-applying finds it); applied again after that pod
+    was deleted, it is a new pod with the next uid of its name, not the deleted one's (which the
+    binder refused for good). A uid the manifest names is kept."""
+    from schedmesh.mesh.cluster_cache import REMEMBERED_DELETIONS
+    s = servicer()
+    s.qm.cache.remember_deletions = REMEMBERED_DELETIONS  # as the queue-manager's cache does
+    def read_back() -> None:  # what was published, read back by the cache as from the broker
+        for offset, (topic, _key, value) in enumerate(s.qm.producer.sent):
+            s.qm.cache.apply(topic, value, offset)
+        s.qm.producer.sent.clear()
+
+    assert apply(s, POD.format(name="web")).applied == ["pod/default/web created"]
+    read_back()
+    first = s.qm.cache.pods[load.object_uid("Pod", "default", "web")]
+    assert apply(s, POD.format(name="web")).applied == ["pod/default/web unchanged"]
+    s.qm.cache.apply(PODS, records.pod_record(first, deleted=True)[2], 1000)
+    assert apply(s, POD.format(name="web")).applied == ["pod/default/web created"]
+    read_back()
+    (second,) = s.qm.cache.pods.values()
+    assert second.uid not in (first.uid, "") and second.name == "web"
+    assert apply(s, POD.format(name="web")).applied == ["pod/default/web unchanged"]
+    s.qm.cache.apply(PODS, records.pod_record(second, deleted=True)[2], 1001)
+    assert apply(s, POD.format(name="web")).applied == ["pod/default/web created"]
+    read_back()
+    (third,) = s.qm.cache.pods.values()
+    assert third.uid not in (first.uid, second.uid)
+
+    named = POD.format(name="rec").replace("namespace: default}", "namespace: default, uid: u-rec}")
+    apply(s, named)
+    read_back()
+    s.qm.cache.apply(PODS, records.pod_record(s.qm.cache.pods["u-rec"], deleted=True)[2], 1002)
+    apply(s, named)
+    read_back()
+    assert "u-rec" in s.qm.cache.pods
