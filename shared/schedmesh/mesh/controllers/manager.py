@@ -1,6 +1,6 @@
 """The controller-manager process: one ClusterCache replica (state topics plus the agents'
-leases), the disruption, node-lifecycle, taint-eviction, DaemonSet and workload controllers run
-by one sync loop, and schedmesh.v1.Policy (the Eviction API, cordon, taint) on its gRPC server.
+leases), the disruption, node-lifecycle, taint-eviction, pod-GC (orphaned pods), DaemonSet and
+workload controllers run by one sync loop, and schedmesh.v1.Policy (the Eviction API, cordon, taint) on its gRPC server.
 
 Controllers are level-triggered: every `sync_period` each compares the cluster with what it
 wants and publishes the difference; a record it published is not sent again while it is on its
@@ -23,6 +23,7 @@ from schedmesh.mesh.controllers.daemonset import DaemonSetController
 from schedmesh.mesh.controllers.disruption import DisruptionController
 from schedmesh.mesh.controllers.node_lifecycle import NodeLifecycleController
 from schedmesh.mesh.controllers.policy import PolicyServicer
+from schedmesh.mesh.controllers.pod_gc import PodGCController
 from schedmesh.mesh.controllers.taint_eviction import TaintEvictionController
 from schedmesh.mesh.controllers.workloads import WorkloadController
 from schedmesh.mesh.records import publish
@@ -56,6 +57,7 @@ class ControllerManager:
         self.node_lifecycle = NodeLifecycleController(self.cache, cfg.node_monitor_grace_period,
                                                       cfg.node_startup_grace_period, cfg.name)
         self.taint_eviction = TaintEvictionController(self.cache, cfg.name, monitored=self.node_lifecycle.monitors)
+        self.pod_gc = PodGCController(self.cache, cfg.name)
         self.daemon_sets = DaemonSetController(self.cache, cfg.name)
         self.workloads = WorkloadController(self.cache, cfg.name)
         self.producer = EventProducer(bootstrap, topics=(*STATE_TOPICS, LEASES, EVENTS), client_id=cfg.name)
@@ -79,6 +81,7 @@ class ControllerManager:
             recs = self.disruption.sync(now)
             recs += self.node_lifecycle.sync(now)
             recs += self.taint_eviction.sync(now)
+            recs += self.pod_gc.sync(now)
             recs += self.daemon_sets.sync(now)
             recs += self.workloads.sync(now)
             if recs:
