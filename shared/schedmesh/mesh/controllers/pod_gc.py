@@ -16,7 +16,7 @@ from schedmesh.mesh.records import pod_batch_records, pod_message, status_update
 
 log = logging.getLogger("schedmesh.controllers.pod_gc")
 
-QUARANTINE_SECONDS = 40.0  # kube's quarantineTime: how long a node is gone before its pods are
+QUARANTINE_SECONDS = 40.0  # kube's quarantineTime: how long a node is gone before its pods are collected
 REASON_DELETION_BY_POD_GC = "DeletionByPodGC"
 MESSAGE_NODE_GONE = "PodGC: node no longer exists"
 
