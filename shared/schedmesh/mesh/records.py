@@ -281,7 +281,7 @@ def apply_update(pod: Pod, u: events_pb2.PodUpdate) -> Pod:
     changes: dict = {}
     conditions = [PodCondition(c.type, c.status, c.reason, c.message) for c in u.conditions]
     if u.merge_conditions:
-        conditions = _patched_conditions(pod.conditions, conditions)
+        conditions = patched_conditions(pod.conditions, conditions)
     if u.node_name:
         changes["node_name"] = u.node_name
         if not conditions:  # kube's binding sets PodScheduled=True
@@ -304,7 +304,7 @@ def apply_update(pod: Pod, u: events_pb2.PodUpdate) -> Pod:
     return evolve(pod, **changes)
 
 
-def _patched_conditions(conditions: list[PodCondition], patch: list[PodCondition]) -> list[PodCondition]:
+def patched_conditions(conditions: list[PodCondition], patch: list[PodCondition]) -> list[PodCondition]:
     """podutil.UpdatePodCondition for each of `patch`: the condition of that type replaced where
     it stands, else appended."""
     by_type = {c.type: c for c in patch}
@@ -316,7 +316,7 @@ def _apply_scheduling_failure(pod: Pod, u: events_pb2.PodUpdate) -> Pod:
     if pod.node_name:  # bound since the attempt failed: the binding's PodScheduled stands
         return pod
     c = u.pod_scheduled
-    changes: dict = {"conditions": _patched_conditions(pod.conditions, [PodCondition(c.type, c.status, c.reason,
+    changes: dict = {"conditions": patched_conditions(pod.conditions, [PodCondition(c.type, c.status, c.reason,
                                                                                        c.message)])}
     if u.nominated_node_name or u.clear_nominated_node_name:
         changes["nominated_node_name"] = u.nominated_node_name

@@ -12,7 +12,7 @@ from schedmesh.api.evolve import evolve
 from schedmesh.api.types import PodCondition
 from schedmesh.eviction.eviction_api import DISRUPTION_TARGET
 from schedmesh.mesh.cluster_cache import ClusterCache, is_terminal
-from schedmesh.mesh.records import pod_batch_records, pod_message, status_update
+from schedmesh.mesh.records import patched_conditions, pod_batch_records, pod_message, status_update
 
 log = logging.getLogger("schedmesh.controllers.pod_gc")
 
@@ -69,7 +69,7 @@ class PodGCController:
         items = []
         for pod in orphans:
             log.info("deleting orphaned pod %s: its node %s no longer exists", pod.key, pod.node_name)
-            conditions = [c for c in pod.conditions if c.type != DISRUPTION_TARGET] + [target]
-            items.append(status_update(evolve(pod, phase="Failed", conditions=conditions), self.source))
+            failed = evolve(pod, phase="Failed", conditions=patched_conditions(pod.conditions, [target]))
+            items.append(status_update(failed, self.source))
             items.append(pod_message(pod, deleted=True, source=self.source))
         return pod_batch_records(items, self.source)
