@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import urllib.request
+
+import prometheus_client
 import pytest
 from aiokafka import TopicPartition
 from prometheus_client import REGISTRY
@@ -54,6 +57,65 @@ def test_kube_scheduler_metric_definitions(name: str) -> None:
         assert list(metric._upper_bounds[:-1]) == metrics.exponential_buckets(*buckets)
         assert metric._upper_bounds[-1] == float("inf")
     assert metric._documentation.startswith(("[STABLE] ", "[BETA] ", "[ALPHA] "))
+
+
+
+def test_queued_observations_read_as_counted_ones() -> None:
+    """The Histogram here queues observe() and counts at read time: what a scrape shows is what
+    prometheus_client's own Histogram shows for the same values, every value and every edge
+    (a value on a bucket's bound, below the first, above the last, infinite, NaN, negative)."""
+    registry = prometheus_client.CollectorRegistry()
+    buckets = [0.001, 0.01, 0.1, 1.0]
+    queued = metrics.Histogram("queued", "x", ["point"], registry=registry, buckets=buckets)
+    counting = prometheus_client.Histogram("counting", "x", ["point"], registry=registry, buckets=buckets)
+    values = [0.0, 0.0005, 0.001, 0.0010001, 0.01, 0.05, 0.1, 1.0, 1.5, 1e9, float("inf"), -2.0, 0.002] * 7
+    for v in values:
+        for h in (queued, counting):
+            h.labels("Filter").observe(v)
+    queued.labels("Score").observe(0.5)
+    counting.labels("Score").observe(0.5)
+    text = prometheus_client.generate_latest(registry).decode()
+    assert 'queued_bucket{le="0.001",point="Filter"} 28.0' in text
+    lines = lambda prefix: sorted(l.replace(prefix, "h_") for l in text.splitlines() if l.startswith(prefix))
+    assert lines("queued_") == lines("counting_") and len(lines("queued_")) == 14  # 5 buckets, count, sum; twice
+    # a second read counts nothing twice; later values join the earlier ones
+    queued.labels("Filter").observe(0.05)
+    assert REGISTRY is not registry and registry.get_sample_value("queued_count", {"point": "Filter"}) == len(values) + 1
+    assert registry.get_sample_value("queued_bucket", {"point": "Filter", "le": "0.1"}) == 9 * 7 + 1
+
+
+def test_queued_observations_from_threads_are_all_counted() -> None:
+    registry = prometheus_client.CollectorRegistry()
+    h = metrics.Histogram("threads", "x", ["point"], registry=registry, buckets=[0.5])
+    h.COUNT_AT = 64  # counting often, meanwhile the other threads observe
+    child = h.labels("Bind")
+
+    def observe() -> None:
+        for i in range(5000):
+            child.observe(i % 2)
+    threads = [threading.Thread(target=observe) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert registry.get_sample_value("threads_count", {"point": "Bind"}) == 20000
+    assert registry.get_sample_value("threads_bucket", {"point": "Bind", "le": "0.5"}) == 10000
+    assert registry.get_sample_value("threads_sum", {"point": "Bind"}) == 10000
+    assert len(child._pending) == 0
+
+
+def test_queued_histogram_keeps_prometheus_errors_and_exemplars() -> None:
+    registry = prometheus_client.CollectorRegistry()
+    h = metrics.Histogram("labelled", "x", ["point"], registry=registry, buckets=[1.0])
+    with pytest.raises(ValueError, match="missing label values"):
+        h.observe(0.5)
+    h.labels("Bind").observe(0.2)
+    h.labels("Bind").observe(0.3, {"trace_id": "abc"})  # counted at once, after the queued one
+    assert registry.get_sample_value("labelled_count", {"point": "Bind"}) == 2
+    assert h.labels("Bind")._buckets[0].get_exemplar().labels == {"trace_id": "abc"}
+    plain = metrics.Histogram("plain", "x", registry=registry, buckets=[1.0])
+    plain.observe(3.0)
+    assert registry.get_sample_value("plain_bucket", {"le": "+Inf"}) == 1
 
 
 def test_help_texts_are_kubes() -> None:
