@@ -77,6 +77,7 @@ class ClusterCache:
     # under the lock: readers that need the records themselves (the binder's ledger) without
     # decoding them a second time.
     pod_record_hooks: list[Callable[[events_pb2.PodRecord], None]] = field(default_factory=list)
+    node_record_hooks: list[Callable[[events_pb2.NodeRecord], None]] = field(default_factory=list)
     # How many uids of deleted pods to remember (was_deleted); 0: none. A whole record of the same
     # uid after its tombstone (the pod created again under that uid) forgets it.
     remember_deletions: int = 0
@@ -97,6 +98,8 @@ class ClusterCache:
                             self._apply_node(apply_node_update(ni.node, rec.update), False)
                     else:
                         self._apply_node(convert.node_from_proto(rec.node), rec.deleted)
+                    for node_hook in self.node_record_hooks:
+                        node_hook(rec)
             elif topic == TOPIC_PODS:
                 for rec in expand(events_pb2.PodRecord.FromString(value)):
                     if rec.HasField("update"):

@@ -5,13 +5,18 @@ gets the DisruptionTarget condition (DeletionByTaintManager) and metadata.deleti
 one delta, its kubelet agent ends it, and the Event "TaintManagerEviction: Marking for deletion
 Pod NS/NAME" says why (kube's words); a pending deletion that no longer applies is cancelled with
 "Cancelling deletion of Pod NS/NAME".
+
+A node applied as an object (no kubelet agent heartbeats for it) keeps the pods it was applied
+with under the NoExecute taints it was applied with, as the recorded cluster it comes from had
+them; a NoExecute taint added to it later, with `schedmesh taint` (a node delta), evicts as on
+any node: a user tainting a node of their own YAML expects kube's taint manager.
 """
 from __future__ import annotations
 
 import logging
 from typing import Callable
 
-from schedmesh.api.types import Pod, PodCondition
+from schedmesh.api.types import NO_EXECUTE, Node, Pod, PodCondition, Taint
 from schedmesh.eviction.eviction_api import DISRUPTION_TARGET
 from schedmesh.eviction.taint_eviction import (EVENT_REASON_TAINT_MANAGER_EVICTION, MESSAGE_DELETION_BY_TAINT_MANAGER,
                                                REASON_DELETION_BY_TAINT_MANAGER, ScheduledDeletion,
@@ -21,6 +26,7 @@ from schedmesh.mesh.cluster_cache import ClusterCache, is_terminal
 from schedmesh.mesh.records import deletion_update, event_batch_records, pod_batch_records
 from schedmesh.telemetry import metrics
 from schedmesh.v1 import events_pb2
+from schedmesh.v1.events_pb2 import NodeRecord
 
 log = logging.getLogger("schedmesh.controllers.taint_eviction")
 
@@ -32,8 +38,8 @@ def event(pod: Pod, reason: str, message: str, source: str, now: float, type_: s
 
 class TaintEvictionController:
     """`monitored(node)`: whether the node has a kubelet (the node-lifecycle controller receives
-    its heartbeats); nodes applied as objects have none and are left as applied, as the recorded
-    clusters they come from were (no controller evicted their pods)."""
+    its heartbeats); nodes applied as objects have none: only the NoExecute taints added to them
+    after they were applied count there (the module's docstring)."""
 
     def __init__(self, cache: ClusterCache, source: str = "",
                  monitored: Callable[[str], bool] = lambda node: True) -> None:
@@ -45,11 +51,41 @@ class TaintEvictionController:
         # there is none (a pass over 5,000 nodes every 0.5 s was a third of an idle
         # controller manager's CPU).
         self._tainted: set[str] = set()
+        # By node: the (key, effect) of NoExecute taints node deltas added since its last whole
+        # record (Apply, or its agent's registration). Read from the log, so a restarted
+        # controller-manager finds the same.
+        self._added_live: dict[str, set[tuple[str, str]]] = {}
         with cache.lock:
             for ni in cache.snapshot.node_info_list:
                 if ni.node is not None and no_execute_taints(ni.node.taints):
                     self._tainted.add(ni.node.name)
             cache.listeners.append(self._on_change)
+            cache.node_record_hooks.append(self._on_node_record)
+
+    def _on_node_record(self, rec: NodeRecord) -> None:
+        if not rec.HasField("update"):
+            self._added_live.pop(rec.node.metadata.name, None)  # the node as applied (or gone)
+            return
+        u = rec.update
+        live = self._added_live.get(u.name, set())
+        if u.set_taints:
+            live &= {(t.key, t.effect) for t in u.taints}
+        live = {(k, e) for k, e in live
+                if not any(r.key == k and (not r.effect or r.effect == e) for r in u.remove_taints)}
+        live |= {(t.key, t.effect) for t in u.add_taints if t.effect == NO_EXECUTE}
+        if live:
+            self._added_live[u.name] = live
+        else:
+            self._added_live.pop(u.name, None)
+
+    def _evicting_taints(self, node: Node) -> list[Taint]:
+        """The node's NoExecute taints that evict: all of them where a kubelet runs the node,
+        those added since it was applied on a node applied as an object."""
+        taints = no_execute_taints(node.taints)
+        if self.monitored(node.name):
+            return taints
+        live = self._added_live.get(node.name, ())
+        return [t for t in taints if (t.key, t.effect) in live]
 
     def _on_change(self, kind: str, old: object, new: object) -> None:
         if kind != "node":
@@ -65,8 +101,10 @@ class TaintEvictionController:
         with self.cache.lock:
             tainted = self._tainted
             for ni in self.cache.snapshot.node_info_list if tainted else ():
-                if (ni.node is None or ni.node.name not in tainted or not no_execute_taints(ni.node.taints)
-                        or not self.monitored(ni.node.name)):
+                if ni.node is None or ni.node.name not in tainted:
+                    continue
+                taints = self._evicting_taints(ni.node)
+                if not taints:
                     continue
                 for info in ni.pods:
                     pod = self.cache.pods.get(info.pod.uid, info.pod)
@@ -77,7 +115,7 @@ class TaintEvictionController:
                     seen.add(uid)
                     if uid in self.deleted:
                         continue  # marked; its deletion is on its way back from the broker
-                    deletion = schedule_deletion(pod, ni.node.taints, now, self.scheduled.get(uid))
+                    deletion = schedule_deletion(pod, taints, now, self.scheduled.get(uid))
                     if deletion is None:
                         if self.scheduled.pop(uid, None) is not None:
                             events.append(event(pod, EVENT_REASON_TAINT_MANAGER_EVICTION,

@@ -7,7 +7,7 @@ from schedmesh.api.types import NO_EXECUTE, Taint, Toleration
 from schedmesh.eviction.testkit import T0, node, pod
 from schedmesh.mesh.controllers.taint_eviction import TaintEvictionController
 from schedmesh.mesh.controllers.testkit import FedCache, bound
-from schedmesh.mesh.records import node_update
+from schedmesh.mesh.records import node_record, node_update, pod_record
 from schedmesh.v1 import events_pb2
 
 UNREACHABLE = Taint("node.kubernetes.io/unreachable", NO_EXECUTE, time_added=T0)
@@ -69,6 +69,46 @@ def test_nodes_without_a_kubelet_are_left_as_applied():
     tec = TaintEvictionController(fed.cache, source="cm", monitored=lambda n: n == "pooled")
     assert set(deleted(fed, tec.sync(T0))) == {"uid-evicted"}
     assert deleted(fed, tec.sync(T0 + 600)) == {}
+
+
+def test_a_taint_added_to_an_applied_node_evicts():
+    """`schedmesh taint` on a node applied as an object: the taint it adds evicts as kube's taint
+    manager does, the taints the node was applied with still do not; applying the node again makes
+    its taints the applied ones; a controller-manager that reads the same records again (a restart)
+    decides the same."""
+    applied_with = Taint("recorded", NO_EXECUTE)
+    added = Taint("maintenance", NO_EXECUTE, time_added=T0)
+    tolerates_added = Toleration("maintenance", "Exists", "", NO_EXECUTE, 30)
+    records = [node_record(node("n1", taints=[applied_with])),
+               pod_record(bound(pod("kept", tolerations=[Toleration("", "Exists", "", NO_EXECUTE)]), "n1")),
+               pod_record(bound(pod("plain"), "n1")),
+               pod_record(bound(pod("thirty", tolerations=[Toleration("recorded", "Exists", "", NO_EXECUTE),
+                                                            tolerates_added]), "n1"))]
+    fed = FedCache()
+    tec = TaintEvictionController(fed.cache, source="cm", monitored=lambda n: False)
+    fed.apply(records)
+    assert deleted(fed, tec.sync(T0)) == {}  # "plain" does not tolerate "recorded": left as applied
+    taint = node_update("n1", add_taints=[added])
+    fed.apply([taint])
+    assert set(deleted(fed, tec.sync(T0 + 1))) == {"uid-plain"}
+    assert [e.message for e in fed.events] == ["Marking for deletion Pod default/plain"]
+
+    again = FedCache()  # the same log read by a restarted controller-manager
+    restarted = TaintEvictionController(again.cache, source="cm", monitored=lambda n: False)
+    again.apply([*records, taint])
+    assert set(deleted(again, restarted.sync(T0 + 1))) == {"uid-plain"}
+
+    assert deleted(fed, tec.sync(T0 + 30)) == {}
+    assert set(deleted(fed, tec.sync(T0 + 31.5))) == {"uid-thirty"}  # its tolerationSeconds, then out
+
+    # the node applied again with the taint: now it is as applied, and evicts nobody
+    fresh = FedCache()
+    tec = TaintEvictionController(fresh.cache, source="cm", monitored=lambda n: False)
+    fresh.apply([*records, taint, node_record(node("n1", taints=[applied_with, added]))])
+    assert deleted(fresh, tec.sync(T0 + 100)) == {}
+    # removed and added again with `schedmesh taint`: it evicts again
+    fresh.apply([node_update("n1", remove_taints=[Taint("maintenance", "")]), node_update("n1", add_taints=[added])])
+    assert set(deleted(fresh, tec.sync(T0 + 101))) == {"uid-plain"}
 
 
 class CountingSnapshot:

@@ -522,12 +522,12 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         return queue_pb2.PodDescription(pod=view, events=events)
 
     async def ListEvents(self, request, context):
-        """`schedmesh get events`: the events kept about live pods (as DescribePod shows them)."""
+        """`schedmesh get events`: every event kept, those of pods deleted since included (kept an
+        hour, as kube's API server keeps events: an evicted or preempted pod's story is in them)."""
         qm = self.qm
-        with qm.cache.lock:
-            uids = [p.uid for p in qm.cache.pods.values() if not request.namespace or p.namespace == request.namespace]
         with qm._notes_lock:
-            events = [e for uid in uids if (n := qm.notes.get(uid)) for e in n.events]
+            events = [e for n in qm.notes.values() for e in n.events
+                      if not request.namespace or e.pod.partition("/")[0] == request.namespace]
         events.sort(key=lambda e: e.timestamp)
         return queue_pb2.EventList(events=events)
 

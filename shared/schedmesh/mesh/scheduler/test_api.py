@@ -619,3 +619,21 @@ def test_a_pod_applied_again_after_its_deletion_is_created_under_a_new_uid() -> 
     apply(s, named)
     read_back()
     assert "u-rec" in s.qm.cache.pods
+
+
+def test_get_events_keeps_a_deleted_pods_events() -> None:
+    """An evicted pod's TaintManagerEviction event is listed after the pod is gone (kube keeps
+    events an hour), in time order, and only in its namespace."""
+    s = servicer()
+    notes = {"uid-gone": SimpleNamespace(events=[
+                 events_pb2.Event(pod_uid="uid-gone", pod="default/web-0", reason="Scheduled", timestamp=1.0),
+                 events_pb2.Event(pod_uid="uid-gone", pod="default/web-0", reason="TaintManagerEviction",
+                                  message="Marking for deletion Pod default/web-0", timestamp=3.0)]),
+             "uid-other": SimpleNamespace(events=[
+                 events_pb2.Event(pod_uid="uid-other", pod="team/db-0", reason="Scheduled", timestamp=2.0)])}
+    s.qm.notes, s.qm._notes_lock = notes, threading.Lock()
+    listed = asyncio.run(s.ListEvents(queue_pb2.EventsRequest(), Context())).events
+    assert [(e.pod, e.reason) for e in listed] == [
+        ("default/web-0", "Scheduled"), ("team/db-0", "Scheduled"), ("default/web-0", "TaintManagerEviction")]
+    listed = asyncio.run(s.ListEvents(queue_pb2.EventsRequest(namespace="team"), Context())).events
+    assert [e.pod for e in listed] == ["team/db-0"]
