@@ -5,7 +5,6 @@ once its waiting plugins allowed it."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any, Optional
 
@@ -92,58 +91,8 @@ def _node_fit_error(pod: Pod, node: str, st: Status) -> FitError:
     return FitError(pod, 1, d)
 
 
-class RecordInbox:
-    """Batches of state records (pods, nodes, ...) for the scheduling thread to apply between its
-    attempts, while it has pods to schedule; `offer` refuses them while it waits for pods, and
-    the caller applies them (a worker thread).
-
-    Applied by a worker thread in the middle of a busy scheduling thread's attempts, each batch
-    meant two hand-offs of the interpreter lock and of the cache lock between the threads, dear
-    on a VM (an attempt took 490 us of wall time for 290 us of CPU). The order of the batches
-    is kept: a batch joins the inbox only while the scheduling thread is busy, whoever offered
-    the previous one waited for it to be applied, and the thread stops being busy only once the
-    inbox is empty and all it took applied."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._batches: list[list] = []
-        self._busy = False
-
-    def offer(self, batch: list) -> bool:
-        """True: the scheduling thread applies `batch`; False: the caller must."""
-        with self._lock:
-            if self._busy:
-                self._batches.append(batch)
-            return self._busy
-
-    def take(self, busy: bool) -> list[list]:
-        """The batches waiting, in order. When there are none, the thread is `busy` from now on
-        (with False, later batches are offered in vain: the caller applies them)."""
-        with self._lock:
-            batches, self._batches = self._batches, []
-            self._busy = busy or bool(batches)
-            return batches
-
-
 class ScheduleOne:
     """Methods of QueueManager (kube: schedule_one.go's scheduling cycle)."""
-
-    def _apply_records(self, busy: bool) -> None:
-        """The state records offered while this thread was busy, applied here in order; it is
-        `busy` afterwards (RecordInbox)."""
-        while True:
-            batches = self._record_inbox.take(busy)
-            if not batches:
-                return
-            for batch in batches:
-                self.follower.apply_records(batch)
-
-    def _hold_cycle_gate(self) -> None:
-        if not self._cycle_gate.acquire(blocking=False):
-            # A broker restart's re-publication holds it, and waits for the cache to read the log
-            # up to its end: the records waiting here are applied, later ones by a worker thread.
-            self._apply_records(busy=False)
-            self._cycle_gate.acquire()
 
     def _refresh_pending_gauge(self, every: float = 0.5) -> None:
         """scheduler_pending_pods, at most every `every` seconds (counting the gated pods walks
@@ -156,54 +105,39 @@ class ScheduleOne:
     def _schedule_loop(self) -> None:
         self.loop_running.set()
         ahead = None  # with shards: the next run, its batch prepared while this one is decided
-        try:
-            while not self._stop.is_set():
-                self._refresh_pending_gauge()
-                # A broker-restart re-publication takes the gate: it waits for the attempt in
-                # flight and holds the next one, so no pod it publishes unbound is bound meanwhile.
-                self._hold_cycle_gate()
-                try:
-                    self._apply_records(busy=True)
-                    if ahead is None:
-                        run = self._pop_run()
-                        prepared = self._prepare_run(run, self.algo.next_start_node_index) if run else None
-                    else:
-                        (run, prepared), ahead = ahead, None
-                    if run:
-                        ahead = self._decide_run(run, prepared)
-                        continue
-                finally:
-                    self._cycle_gate.release()
-                self._apply_records(busy=False)
-                if self.queue.closed:
-                    return
-                self._warm()
-                # until a pod can be popped (stop() closes the queue); the pending gauge's period at most
-                self.queue.wait(0.5)
-        finally:
-            self._apply_records(busy=False)  # from now on, whoever offers a batch applies it
-
-    def _decide_run(self, run: list[tuple[QueuedPodInfo, int]], prepared):
-        """Attempt the run's pods; with shards, the next run is popped and its batch prepared
-        meanwhile: that (run, prepared) is returned, else None."""
-        ahead = None
-        self.deciding = True  # the binding cycle's batching waits for these pods' bindings
-        batch = self._prepared_batch(prepared)
-        # Not after a pod that is not node-local: assuming it (inter-pod affinity
-        # terms) would end a batch prepared meanwhile.
-        if self.evaluator.filter_stubs and all(self._batchable(q) for q, _ in run):
-            following = self._pop_run()
-            if following:
-                # The shards evaluate the next run while this one is decided here.
-                start = batch.next_start if batch is not None and batch.next_start is not None \
-                    else self.algo.next_start_node_index
-                ahead = (following, self._prepare_run(following, start))
-        try:
-            self._attempt_run(run, batch)
-        finally:
-            self.deciding = False
-            self._bind_queue.recheck()  # a binding batch waiting for these pods may go
-        return ahead
+        while not self._stop.is_set():
+            self._refresh_pending_gauge()
+            # A broker-restart re-publication takes the gate: it waits for the attempt in flight
+            # and holds the next one, so no pod it publishes unbound is bound meanwhile.
+            with self._cycle_gate:
+                if ahead is None:
+                    run = self._pop_run()
+                    prepared = self._prepare_run(run, self.algo.next_start_node_index) if run else None
+                else:
+                    (run, prepared), ahead = ahead, None
+                if run:
+                    self.deciding = True  # the binding cycle's batching waits for these pods' bindings
+                    batch = self._prepared_batch(prepared)
+                    # Not after a pod that is not node-local: assuming it (inter-pod affinity
+                    # terms) would end a batch prepared meanwhile.
+                    if self.evaluator.filter_stubs and all(self._batchable(q) for q, _ in run):
+                        following = self._pop_run()
+                        if following:
+                            # The shards evaluate the next run while this one is decided here.
+                            start = batch.next_start if batch is not None and batch.next_start is not None \
+                                else self.algo.next_start_node_index
+                            ahead = (following, self._prepare_run(following, start))
+                    try:
+                        self._attempt_run(run, batch)
+                    finally:
+                        self.deciding = False
+                        self._bind_queue.recheck()  # a binding batch waiting for these pods may go
+                    continue
+            if self.queue.closed:
+                return
+            self._warm()
+            # until a pod can be popped (stop() closes the queue); the pending gauge's period at most
+            self.queue.wait(0.5)
 
     def _warm(self) -> None:
         """Nothing to pop: the plugins build ahead what their next cycle would (Plugin.warm),
@@ -285,9 +219,7 @@ class ScheduleOne:
     def _attempt_run(self, run: list[tuple[QueuedPodInfo, int]], batch=None) -> None:
         self.evaluator.use_batch(batch)
         try:
-            for i, (qpi, cycle) in enumerate(run):
-                if i:
-                    self._apply_records(busy=True)  # as between runs
+            for qpi, cycle in run:
                 self._attempt(qpi, cycle)
         finally:
             self.evaluator.end_batch()

@@ -50,7 +50,6 @@ from schedmesh.v1 import binder_pb2_grpc, events_pb2, preemption_pb2_grpc, queue
 from schedmesh.v1 import scheduling_pb2 as spb
 from schedmesh.mesh.scheduler.admission import Admission
 from schedmesh.mesh.scheduler.binding_cycle import BindingCycle, BindingQueue
-from schedmesh.mesh.scheduler.schedule_one import RecordInbox
 from schedmesh.mesh.scheduler.eventhandlers import EventHandlers
 from schedmesh.mesh.scheduler.schedule_one import ScheduleOne, TracedEvaluator, trace_method
 from schedmesh.mesh.scheduler.state import BOUND, IN_FLIGHT, AssumedPod, PodNotes, QueueManagerConfig
@@ -109,9 +108,6 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self._batch_prep = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-batch")
         self._assumed_lock = threading.Lock()
         self._cycle_gate = threading.Lock()  # held by each attempt, and by a re-publication
-        # State records the scheduling thread applies between its attempts while it has pods
-        # (ScheduleOne._apply_records); a worker thread applies them while it waits for pods.
-        self._record_inbox = RecordInbox()
         # After a broker restart: set once this producer's records are sent again; bindings wait
         # for it, so no binding lands before the pod it binds (see _resend_after_restart).
         self._resent = threading.Event()
@@ -187,7 +183,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         assert self.follower is not None
         while True:
             recs = await self.follower.consumer.getmany(timeout=0.5)
-            if recs and not self._record_inbox.offer(recs):
+            if recs:
                 await asyncio.to_thread(self.follower.apply_records, recs)
             await self.follower.sample_lag()
 

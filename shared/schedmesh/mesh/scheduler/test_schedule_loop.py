@@ -1,8 +1,6 @@
 """The scheduling loop waits on the queue: idle, it does not poll it; a pod added from another
-thread is attempted at once; idle, it warms the plugins once per change to the cluster. Busy, it
-applies the state records offered meanwhile itself, between attempts, in order; idle, or held by
-a re-publication, it leaves them to whoever offers them. A preemption service's answer wakes the
-follower for the records it published."""
+thread is attempted at once; idle, it warms the plugins once per change to the cluster. A preemption service's answer wakes the follower for the records it
+published."""
 from __future__ import annotations
 
 import contextlib
@@ -11,7 +9,7 @@ import time
 from types import SimpleNamespace
 
 from schedmesh.mesh.scheduler.binding_cycle import BindingQueue
-from schedmesh.mesh.scheduler.schedule_one import RecordInbox, ScheduleOne
+from schedmesh.mesh.scheduler.schedule_one import ScheduleOne
 from schedmesh.queue.testing import make_pod, new_queue
 from schedmesh.v1 import preemption_pb2
 
@@ -24,12 +22,6 @@ class Loop(ScheduleOne):
         self._stop = threading.Event()
         self.loop_running = threading.Event()
         self._cycle_gate = threading.Lock()
-        self._record_inbox = RecordInbox()
-        self.applied: list[tuple[str, str]] = []  # (batch, thread that applied it)
-        self.follower = SimpleNamespace(apply_records=lambda batch: self.applied.append(
-            (batch[0], threading.current_thread().name)))
-        self.hold_attempts = threading.Event()  # set: an attempt waits until it is cleared
-        self.hold_attempts.clear()
         self._bind_queue = BindingQueue()
         self.evaluator = SimpleNamespace(filter_stubs=None)
         self.algo = SimpleNamespace(next_start_node_index=0)
@@ -53,15 +45,13 @@ class Loop(ScheduleOne):
     def _attempt_run(self, run, batch=None) -> None:
         for qpi, _cycle in run:
             self.attempted.append((qpi.pod.name, time.monotonic()))
-            while self.hold_attempts.is_set():
-                time.sleep(0.001)
             self.queue.done(qpi.pod.uid)
 
 
 @contextlib.contextmanager
 def running(loop: Loop):
     """The loop on a thread of its own, stopped and joined after."""
-    thread = threading.Thread(target=loop._schedule_loop, daemon=True, name="schedule-one")
+    thread = threading.Thread(target=loop._schedule_loop, daemon=True)
     thread.start()
     try:
         assert loop.loop_running.wait(5)
@@ -108,55 +98,6 @@ def test_an_idle_loop_warms_the_plugins_once_per_change_to_the_cluster():
         idle = loop.pops
         wait_until(lambda: loop.pops >= idle + 2)
         assert loop.warmed_at == [0, 3]
-
-
-def offered(loop: Loop, name: str) -> None:
-    """As the follower offers a batch: applied by the caller when the loop does not take it."""
-    if not loop._record_inbox.offer([name]):
-        loop.follower.apply_records([name])
-
-
-def test_a_busy_loop_applies_the_records_offered_between_attempts_in_order():
-    loop = Loop()
-    with running(loop):
-        offered(loop, "idle")  # the loop waits for pods: the offering thread applies it
-        assert loop.applied == [("idle", threading.current_thread().name)]
-        loop.hold_attempts.set()
-        loop.queue.add(make_pod("p"))
-        loop.queue.add(make_pod("q"))
-        wait_until(lambda: loop.attempted)
-        for name in ("b1", "b2", "b3"):  # while "p" is being decided
-            offered(loop, name)
-        assert loop.applied == [("idle", threading.current_thread().name)]  # none applied mid-attempt
-        loop.hold_attempts.clear()
-        wait_until(lambda: len(loop.attempted) == 2)
-        wait_until(lambda: len(loop.applied) == 4)
-        assert loop.applied[1:] == [("b1", "schedule-one"), ("b2", "schedule-one"), ("b3", "schedule-one")]
-        assert [n for n, _ in loop.attempted] == ["p", "q"]
-        wait_until(lambda: not loop._record_inbox._busy)  # idle again: offers are refused
-        offered(loop, "after")
-        assert loop.applied[-1] == ("after", threading.current_thread().name)
-
-
-def test_a_loop_held_by_a_republication_leaves_it_the_records():
-    """A broker restart's re-publication holds the cycle gate and waits for the cache to read the
-    log: a busy loop that finds the gate held applies what was offered, then takes no more while
-    it waits (their callers apply them: no deadlock)."""
-    loop = Loop()
-    assert loop._record_inbox.take(busy=True) == []  # busy, as between two attempts
-    assert loop._record_inbox.offer(["before"])
-    loop._cycle_gate.acquire()  # the re-publication
-    try:
-        waiting = threading.Thread(target=loop._hold_cycle_gate, name="schedule-one")
-        waiting.start()
-        wait_until(lambda: loop.applied == [("before", "schedule-one")])
-        assert not loop._record_inbox.offer(["during"])
-        time.sleep(0.02)
-        assert waiting.is_alive()  # held until the re-publication ends
-    finally:
-        loop._cycle_gate.release()
-    waiting.join(5)
-    assert not waiting.is_alive() and loop._cycle_gate.locked()  # it holds the gate now
 
 
 class Preempting(ScheduleOne):
