@@ -210,6 +210,44 @@ def test_a_restarted_queue_manager_answers_only_once_it_has_read_the_cluster(mes
     assert any("queue-manager is not serving: starting" in d for d in refusals), refusals[-5:]
 
 
+def _cpus_of(pid: int) -> dict[int, str]:
+    """Each thread of `pid` -> its Cpus_allowed_list."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        out[int(tid)] = next(line.split()[1] for line in text.splitlines() if line.startswith("Cpus_allowed_list"))
+    return out
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="CPU pinning needs Linux and two CPUs")
+def test_the_queue_manager_runs_on_a_cpu_of_its_own(mesh: Path) -> None:
+    """`up` (--cpu-pinning auto): every thread of the queue-manager on the last CPU, every other
+    process of the mesh (the broker's Tansu and the queue-manager's admission worker included) on
+    the others; so is a service the supervisor started again. (The resource tracker that
+    multiprocessing starts beside the admission worker, idle, stays where the queue-manager is.)"""
+    from schedmesh.mesh.cpu_affinity import format_cpus
+    cpus = sorted(os.sched_getaffinity(0))
+    own, others = format_cpus(cpus[-1:]), format_cpus(cpus[:-1])
+    s = state(mesh)
+    qm = proc(mesh, "queue-manager")["pid"]
+    wait_for(f"queue-manager threads on CPU {own}", lambda: set(_cpus_of(qm).values()) == {own}, 20)
+    helpers = [c for c in children(qm) if b"multiprocessing.spawn" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    assert helpers, "the queue-manager's admission worker"
+    pids = [p["pid"] for p in s["procs"] if p["name"] != "queue-manager"] + helpers + [s["supervisor_pid"]]
+    broker = next((p["pid"] for p in s["procs"] if p["name"] == "broker"), 0)
+    pids += children(broker) if broker else []
+    for pid in pids:  # a process pins itself as it starts (a restarted one may be starting)
+        deadline = time.time() + 20
+        while set(_cpus_of(pid).values()) != {others}:
+            assert time.time() < deadline, (pid, _cpus_of(pid), Path(f"/proc/{pid}/cmdline").read_text()[:80])
+            time.sleep(0.1)
+
+
 @pytest.mark.timeout(120)
 def test_killed_binder_comes_back_and_pods_bind(mesh: Path) -> None:
     old = proc(mesh, "binder")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Optional
 
 from schedmesh.bench.workloads import HOSTNAME_LABEL, WORKLOAD_NAMES, ZONE_LABEL, build
+from schedmesh.mesh import cpu_affinity
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--score-workers", type=int, default=0,
                    help="score shard processes (default 0, as `schedmesh up`: the queue-manager scores)")
     p.add_argument("--tie-break", choices=("random", "name"), default="random")
+    p.add_argument("--cpu-pinning", choices=("auto", "off"), default=None,
+                   help="as `schedmesh up`: auto puts the queue-manager on a CPU of its own (default: "
+                        "$SCHEDMESH_CPU_PINNING, else auto)")
     p.add_argument("--rate", type=float, default=0.0,
                    help="offer pods at this steady rate (pods/s) instead of all at once")
     p.add_argument("--config", default=None, help="KubeSchedulerConfiguration for the bench's mesh")
@@ -365,6 +369,7 @@ def run_once(args: argparse.Namespace) -> tuple[bool, dict]:
 
     base: Optional[Path] = None
     ok = False
+    cpus: Optional[cpu_affinity.CpuPlan] = None
     if args.use_running:
         state = load_state()
         rename = {n.name: f"{prefix}{n.name}" for n in nodes}
@@ -375,8 +380,12 @@ def run_once(args: argparse.Namespace) -> tuple[bool, dict]:
         (base / "pool.yaml").write_text(yaml.safe_dump(pool))
         log(f"bench: starting a mesh ({args.filter_workers} filter + {args.score_workers} score workers, "
             f"{len(nodes)} nodes) in {base}")
+        cpus = cpu_affinity.plan(args.cpu_pinning)  # as start_mesh decides it
         state, _sup = start_mesh(str(base / "pool.yaml"), args.filter_workers, args.score_workers, args.config,
-                                 detach=True, base=base, quiet=True, tie_break=args.tie_break)
+                                 detach=True, base=base, quiet=True, tie_break=args.tie_break,
+                                 cpu_pinning=args.cpu_pinning)
+        if cpus is not None:  # this client with the mesh's other processes, off the scheduler's CPU
+            cpu_affinity.pin_process(set(cpus.others))
     client: Optional[Client] = None
     watcher = _BindWatcher(state.bootstrap, prefix, failures=bool(unschedulable))
     try:
@@ -501,6 +510,8 @@ def run_once(args: argparse.Namespace) -> tuple[bool, dict]:
             "peak_rss_mib": round(peak_rss_mib([p.pid for p in state.procs]), 1),
             "cpu_ms_per_pod": cpu_ms_per_pod(cpu_before, cpu_after, len(bound)),
             "mesh": "running" if args.use_running else "own",
+            # where the mesh's processes ran (schedmesh.mesh.cpu_affinity)
+            "cpu_pinning": "" if args.use_running else (cpus.describe() if cpus is not None else "off"),
         }
         ok = len(bound) == len(names) and result["unschedulable_bound"] == 0
         return ok, result

@@ -19,6 +19,7 @@ import signal
 import sys
 
 from schedmesh.broker.embedded import BrokerError, EmbeddedBroker
+from schedmesh.mesh import cpu_affinity
 from schedmesh.mesh.watchdog import LoopWatchdog
 
 
@@ -87,6 +88,7 @@ async def _serve(broker: EmbeddedBroker, stop: asyncio.Event) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    cpu_affinity.pin_from_env()  # Tansu, started by this process, runs where it runs
     return asyncio.run(_run(_parse(argv)))
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from schedmesh.local.client import Client
 from schedmesh.local.launch import KAFKA_ENV, start_mesh, stop_mesh
+from schedmesh.mesh import cpu_affinity
 from schedmesh.local.supervisor import APPLIED_DIR, EMBEDDED_BROKER_LOSES, MeshError, MeshState, state_path, stopped_note
 
 DEMO_DIR = Path(__file__).resolve().parent / "demo"
@@ -29,6 +30,9 @@ def add_up_arguments(p: argparse.ArgumentParser) -> None:
                    help="score shard processes (default 0: the queue-manager scores in its own process)")
     p.add_argument("--tie-break", choices=("random", "name"), default="random",
                    help="among equal top totals: uniform random (kube's intent) or the smallest node name")
+    p.add_argument("--cpu-pinning", choices=cpu_affinity.PINNING_CHOICES, default=None,
+                   help="auto: the queue-manager on a CPU of its own, every other process on the others (Linux, "
+                        "2 CPUs or more); off: left to the OS (default: $SCHEDMESH_CPU_PINNING, else auto)")
     p.add_argument("--pool", default=None, help="node pool YAML for the kubelet agent (default: the demo pool)")
     p.add_argument("--config", default=None, help="KubeSchedulerConfiguration file (profiles, plugin weights)")
     p.add_argument("--detach", action="store_true", help="leave the mesh running in the background")
@@ -94,7 +98,8 @@ def run_up(args: argparse.Namespace) -> int:
             print(said)
     if args.detach:
         state, _ = start_mesh(str(args.pool or DEFAULT_POOL), args.filter_workers, args.score_workers, args.config, True,
-                              args.timeout, tie_break=args.tie_break, tls=not args.insecure, kafka=kafka)
+                              args.timeout, tie_break=args.tie_break, tls=not args.insecure, kafka=kafka,
+                              cpu_pinning=args.cpu_pinning)
         print_summary(state)
         print("detached: the supervisor keeps every service running; `schedmesh down` stops it all")
         return 0
@@ -108,7 +113,8 @@ def run_up(args: argparse.Namespace) -> int:
     for sig in signals:
         signal.signal(sig, interrupt)
     state, sup = start_mesh(str(args.pool or DEFAULT_POOL), args.filter_workers, args.score_workers, args.config, False,
-                            args.timeout, tie_break=args.tie_break, tls=not args.insecure, kafka=kafka)
+                            args.timeout, tie_break=args.tie_break, tls=not args.insecure, kafka=kafka,
+                              cpu_pinning=args.cpu_pinning)
     for sig in signals:
         signal.signal(sig, lambda signum, frame: sup.stopping.set())
     try:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from schedmesh.mesh import cpu_affinity
 from schedmesh.local.supervisor import (SUPERVISOR_LOG, MeshError, MeshState, RestartPolicy, Supervisor, free_port,
                                         kafka_answers, load_state, new_log_dir, pid_alive, process_start_ticks, start_detached,
                                         state_path, stop_mesh_processes, supervisor_alive)
@@ -24,10 +25,12 @@ def _err(msg: str) -> None:
 def start_mesh(pool: str, filter_workers: int = 0, score_workers: int = 0,
                config: Optional[str] = None, detach: bool = True, timeout: float = 120.0,
                base: Optional[Path] = None, quiet: bool = False,
-               tie_break: str = "random", tls: bool = True, kafka: str = "") -> tuple[MeshState, Optional[Supervisor]]:
+               tie_break: str = "random", tls: bool = True, kafka: str = "",
+               cpu_pinning: Optional[str] = None) -> tuple[MeshState, Optional[Supervisor]]:
     """Start the broker and every service under supervision, wait until all are healthy and write
     the state file. `kafka`: bootstrap servers of a running broker to use instead of starting the
-    embedded one (not supervised, not stopped).
+    embedded one (not supervised, not stopped). `cpu_pinning`: "auto" (the queue-manager on a CPU
+    of its own, schedmesh.mesh.cpu_affinity) or "off"; default $SCHEDMESH_CPU_PINNING, else auto.
 
     detach=False: this process supervises; the returned Supervisor's `supervise()` keeps the
     services running until a signal sets `stopping`, then `stop_all()` stops them.
@@ -58,6 +61,10 @@ def start_mesh(pool: str, filter_workers: int = 0, score_workers: int = 0,
     if missing:
         raise MeshError(f"services not available in this installation: {', '.join('services.' + m for m in missing)}")
     kafka = check_kafka(kafka) if kafka.strip() else ""
+    try:
+        cpu_affinity.plan(cpu_pinning)  # a bad value is refused here, before anything starts
+    except ValueError as e:
+        raise MeshError(str(e)) from None
     if not kafka:
         from schedmesh.broker.embedded import BrokerError, find_tansu_binary
         try:
@@ -70,7 +77,8 @@ def start_mesh(pool: str, filter_workers: int = 0, score_workers: int = 0,
     say = (lambda s: None) if quiet else _err
     launch = dict(base=str(base), log_dir=str(log_dir), previous_logs=str(previous or ""),
                   filter_workers=filter_workers, score_workers=score_workers, pool=str(pool_path),
-                  config=config_path, timeout=timeout, tie_break=tie_break, tls=tls, kafka=kafka)
+                  config=config_path, timeout=timeout, tie_break=tie_break, tls=tls, kafka=kafka,
+                  cpu_pinning=cpu_pinning or os.environ.get(cpu_affinity.PINNING_ENV) or "auto")
     if detach:
         return start_detached(launch, base, log_dir, say), None
     sup = Supervisor(log_dir, policy=RestartPolicy.from_env(start_timeout=timeout),
@@ -87,7 +95,8 @@ def start_mesh(pool: str, filter_workers: int = 0, score_workers: int = 0,
 def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config: Optional[str],
                     filter_workers: int, score_workers: int, timeout: float, tie_break: str = "random",
                     previous_logs: str = "", detached: bool = False,
-                    say: Callable[[str], None] = lambda s: None, tls: bool = True, kafka: str = "") -> MeshState:
+                    say: Callable[[str], None] = lambda s: None, tls: bool = True, kafka: str = "",
+                    cpu_pinning: str = "auto") -> MeshState:
     """Start the broker (unless `kafka` names one to use) and every service under `sup`, in
     dependency order, each healthy before what needs it; the state file is written from the first
     process on (so `down` can stop a mesh that is still starting) and kept current by `sup`. Runs in
@@ -108,13 +117,18 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
     if security.admin is not None:
         state.ca, state.client_cert, state.client_key = security.admin.ca, security.admin.cert, security.admin.key
     sup.attach_state(state, state_path(Path(base)))
+    cpus = cpu_affinity.plan(cpu_pinning)
+    if cpus is not None:
+        say(f"CPUs: {cpus.describe()} (--cpu-pinning off leaves it to the OS)")
+        cpu_affinity.pin_process(set(cpus.others))  # this supervisor too
+    pinned = cpus.env() if cpus is not None else {}
     if kafka:
         say(f"using the Kafka broker at {kafka} (--kafka): not started, supervised or stopped by schedmesh ...")
         bootstrap = kafka
     else:
         bport = free_port()
         broker = sup.start("broker", "schedmesh.broker", ["--log-file", str(Path(log_dir) / "tansu.log")], bport,
-                           health=False, ready_text="broker ready on")
+                           health=False, ready_text="broker ready on", env=pinned)
         say(f"starting broker on 127.0.0.1:{bport} ...")
         sup.wait_ready(broker, timeout)
         bootstrap = f"127.0.0.1:{bport}"
@@ -127,20 +141,20 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
             # Shards read no topic: the queue-manager feeds them its snapshot (mesh/shard_feed.py).
             workers.append(sup.start(f"{kind}-worker-{i}", f"services.{kind}_worker",
                                      ["--shard", str(i), "--shards", str(n), *cfg], free_port(),
-                                     env=security.service_env(f"{kind}-worker")))
-    binder = sup.start("binder", "services.binder", common, free_port(), env=security.service_env(ids.BINDER))
+                                     env={**security.service_env(f"{kind}-worker"), **pinned}))
+    binder = sup.start("binder", "services.binder", common, free_port(), env={**security.service_env(ids.BINDER), **pinned})
     # The one local agent also runs the pods of the nodes users apply (no other kubelet would).
     agent = sup.start("kubelet-agent", "services.kubelet_agent",
                       [*common, "--pool", pool, "--serve-applied-nodes", "queue-manager"], free_port(),
-                      env=security.service_env(ids.KUBELET_AGENT))
+                      env={**security.service_env(ids.KUBELET_AGENT), **pinned})
     # DefaultPreemption's PostFilter, acted out; the same configuration as the queue-manager's.
     preemption = sup.start("preemption", "services.preemption", [*common, "--tie-break", tie_break, *cfg],
-                           free_port(), env=security.service_env(ids.PREEMPTION))
+                           free_port(), env={**security.service_env(ids.PREEMPTION), **pinned})
     say(f"starting {filter_workers} filter + {score_workers} score workers, binder, kubelet agent, preemption ..."
         if workers else "starting binder, kubelet agent, preemption ...")
     # PDB status, node lifecycle, taint eviction, DaemonSets and the Eviction API (the queue-manager forwards to it)
     controllers = sup.start("controller-manager", "services.controller_manager", common, free_port(),
-                            env=security.service_env(ids.CONTROLLER_MANAGER))
+                            env={**security.service_env(ids.CONTROLLER_MANAGER), **pinned})
     # no workers: empty lists, the queue-manager filters and scores in its own process. It starts
     # with the others (their ports are chosen already): a binding sent before the binder serves is
     # sent again, and nothing is scheduled before `up` has seen every service healthy.
@@ -157,7 +171,8 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
                    env={**security.service_env(ids.QUEUE_MANAGER),
                         "SCHEDMESH_CONTROLLER_MANAGER": f"127.0.0.1:{controllers.port}",
                         "SCHEDMESH_KUBELET_AGENTS": f"127.0.0.1:{agent.port}",
-                        "SCHEDMESH_PEER_METRICS": peer_metrics})
+                        "SCHEDMESH_PEER_METRICS": peer_metrics,
+                        **(cpus.env(scheduler=True) if cpus is not None else {})})
     say("starting queue-manager ...")
     for info in (*workers, binder, agent, preemption, controllers, qm):
         sup.wait_ready(info, timeout)

@@ -33,6 +33,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from schedmesh.bus import EventConsumer, Record
+from schedmesh.mesh import cpu_affinity
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, ClusterCache
 from schedmesh.mesh.watchdog import LoopWatchdog
 from schedmesh.security.credentials import TLSFiles, is_loopback, token_from_env
@@ -177,6 +178,9 @@ class ServiceProcess:
         self.metrics_port: Optional[int] = metrics_port if metrics_port is not None else metrics_port_from_env()
         self.metrics_server: Optional[metrics.MetricsServer] = None
         configure_logging(name)
+        cpus = cpu_affinity.pin_from_env()  # before this process starts its threads (cpu_affinity)
+        if cpus is not None:
+            log.info("running on CPU(s) %s (%s)", cpu_affinity.format_cpus(cpus), cpu_affinity.CPUS_ENV)
         setup_tracing(name)
         tune_gc()
         self.tls: Optional[TLSFiles] = TLSFiles.from_env()

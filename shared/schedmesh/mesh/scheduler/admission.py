@@ -23,7 +23,7 @@ from typing import Iterable, Optional
 from schedmesh.api.load import ManifestError, Manifests, admit_all, api_server_name_warnings, load_text
 from schedmesh.api.types import PriorityClass
 from schedmesh.eviction.taint_eviction import default_toleration_seconds
-from schedmesh.mesh import records
+from schedmesh.mesh import cpu_affinity, records
 
 log = logging.getLogger("schedmesh.queue_manager")
 
@@ -47,7 +47,10 @@ def admit_manifest(text: str, source: str, strict_names: bool,
 
 def _exit_with(parent: int) -> None:
     """The worker's initializer: it ends when the queue-manager does, killed or not (a worker
-    blocked on its call queue outlives a killed parent, and a restarted queue-manager starts its own)."""
+    blocked on its call queue outlives a killed parent, and a restarted queue-manager starts its own).
+    It runs on the queue-manager's helpers' CPUs, not on the scheduler's own (cpu_affinity)."""
+    cpu_affinity.pin_from_env(cpu_affinity.HELPER_CPUS_ENV)
+
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
