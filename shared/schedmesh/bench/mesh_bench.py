@@ -519,6 +519,8 @@ def run_once(args: argparse.Namespace) -> tuple[bool, dict]:
         watcher.stop()
         if client is not None:
             client.close()
+        if cpus is not None:
+            cpu_affinity.unpin_process()  # the next run's mesh must not start on this run's CPUs
         if base is not None:
             log("bench: stopping the mesh")
             stop_mesh(base, quiet=True)

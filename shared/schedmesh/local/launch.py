@@ -61,8 +61,8 @@ def start_mesh(pool: str, filter_workers: int = 0, score_workers: int = 0,
     if missing:
         raise MeshError(f"services not available in this installation: {', '.join('services.' + m for m in missing)}")
     kafka = check_kafka(kafka) if kafka.strip() else ""
-    try:
-        cpu_affinity.plan(cpu_pinning)  # a bad value is refused here, before anything starts
+    try:  # decided here, over the CPUs this process started with (not those it may be pinned to)
+        cpus = cpu_affinity.plan(cpu_pinning)
     except ValueError as e:
         raise MeshError(str(e)) from None
     if not kafka:
@@ -78,7 +78,7 @@ def start_mesh(pool: str, filter_workers: int = 0, score_workers: int = 0,
     launch = dict(base=str(base), log_dir=str(log_dir), previous_logs=str(previous or ""),
                   filter_workers=filter_workers, score_workers=score_workers, pool=str(pool_path),
                   config=config_path, timeout=timeout, tie_break=tie_break, tls=tls, kafka=kafka,
-                  cpu_pinning=cpu_pinning or os.environ.get(cpu_affinity.PINNING_ENV) or "auto")
+                  cpu_plan=cpus.as_dict() if cpus is not None else None)
     if detach:
         return start_detached(launch, base, log_dir, say), None
     sup = Supervisor(log_dir, policy=RestartPolicy.from_env(start_timeout=timeout),
@@ -96,7 +96,7 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
                     filter_workers: int, score_workers: int, timeout: float, tie_break: str = "random",
                     previous_logs: str = "", detached: bool = False,
                     say: Callable[[str], None] = lambda s: None, tls: bool = True, kafka: str = "",
-                    cpu_pinning: str = "auto") -> MeshState:
+                    cpu_plan: Optional[dict] = None) -> MeshState:
     """Start the broker (unless `kafka` names one to use) and every service under `sup`, in
     dependency order, each healthy before what needs it; the state file is written from the first
     process on (so `down` can stop a mesh that is still starting) and kept current by `sup`. Runs in
@@ -117,7 +117,8 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
     if security.admin is not None:
         state.ca, state.client_cert, state.client_key = security.admin.ca, security.admin.cert, security.admin.key
     sup.attach_state(state, state_path(Path(base)))
-    cpus = cpu_affinity.plan(cpu_pinning)
+    # every process is given its CPUs: a process started by a pinned one inherits its CPUs
+    cpus = cpu_affinity.CpuPlan.from_dict(cpu_plan) if cpu_plan else None
     if cpus is not None:
         say(f"CPUs: {cpus.describe()} (--cpu-pinning off leaves it to the OS)")
         cpu_affinity.pin_process(set(cpus.others))  # this supervisor too

@@ -78,6 +78,14 @@ class CpuPlan:
             return {CPUS_ENV: format_cpus(self.scheduler), HELPER_CPUS_ENV: format_cpus(self.others)}
         return {CPUS_ENV: format_cpus(self.others)}
 
+    def as_dict(self) -> dict[str, list[int]]:
+        """For a process started with the plan on its command line (the detached supervisor)."""
+        return {"scheduler": sorted(self.scheduler), "others": sorted(self.others)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CpuPlan":
+        return cls(frozenset(d["scheduler"]), frozenset(d["others"]))
+
     def describe(self) -> str:
         return (f"the queue-manager on CPU {format_cpus(self.scheduler)}, every other process on "
                 f"{'CPU' if len(self.others) == 1 else 'CPUs'} {format_cpus(self.others)}")
@@ -109,6 +117,13 @@ def pin_process(cpus: set[int]) -> None:
             os.sched_setaffinity(tid, cpus)
         except ProcessLookupError:  # a thread that ended meanwhile
             pass
+
+
+def unpin_process() -> None:
+    """Every thread of this process back on the CPUs it started with (a bench that pinned itself
+    with one mesh must not hand that to the processes of the next: they inherit it)."""
+    if supported() and _STARTED_WITH:
+        pin_process(set(_STARTED_WITH))
 
 
 def pin_from_env(variable: str = CPUS_ENV) -> Optional[set[int]]:

@@ -96,3 +96,28 @@ def test_an_unusable_cpu_list_is_refused_naming_the_variable(monkeypatch: pytest
 def test_nothing_is_pinned_without_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SCHEDMESH_CPUS", raising=False)
     assert cpu_affinity.pin_from_env() is None
+
+
+def test_a_plan_crosses_to_the_detached_supervisor_as_it_is() -> None:
+    p = plan("auto", available=[0, 1, 2])
+    assert CpuPlan.from_dict(p.as_dict()) == p
+
+
+@needs_affinity
+def test_a_pinned_process_plans_the_next_mesh_over_all_its_cpus_and_unpins() -> None:
+    """The bench pins itself beside a mesh's other processes; the next mesh it starts is still
+    planned over every CPU it started with, and unpinned, it hands its children all of them (a
+    second run's mesh once inherited one CPU for everything)."""
+    code = (
+        "import os\n"
+        "from schedmesh.mesh import cpu_affinity\n"
+        "start = sorted(os.sched_getaffinity(0))\n"
+        "p = cpu_affinity.plan('auto')\n"
+        "cpu_affinity.pin_process(set(p.others))\n"
+        "pinned = sorted(os.sched_getaffinity(0))\n"
+        "again = cpu_affinity.plan('auto')\n"
+        "cpu_affinity.unpin_process()\n"
+        "print(again == p, pinned == sorted(p.others), sorted(os.sched_getaffinity(0)) == start)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "True"]
