@@ -33,3 +33,29 @@ def test_the_demo_sets_aside_what_an_earlier_run_applied(tmp_path: Path, monkeyp
     aside = [p for p in (tmp_path / ".schedmesh").iterdir() if p.name.startswith("applied-")]
     assert len(aside) == 1 and (aside[0] / "applied.jsonl").exists()
     assert "starting empty" in capsys.readouterr().out
+
+
+def test_the_demo_brings_the_mesh_down_when_its_output_is_closed(tmp_path: Path, monkeypatch) -> None:
+    """`schedmesh demo | head`: the pipe closes while the demo prints; the mesh it started must
+    still be stopped (it was left running, nine processes)."""
+    monkeypatch.chdir(tmp_path)
+    stopped, started = [], []
+    monkeypatch.setattr(mesh_cli, "start_mesh", lambda *a, **k: started.append(True) or (object(), None))
+
+    def closed_pipe(_state):
+        raise BrokenPipeError(32, "Broken pipe")
+    monkeypatch.setattr(mesh_cli, "print_summary", closed_pipe)
+    monkeypatch.setattr(mesh_cli, "stop_mesh", lambda **k: stopped.append(k))
+    real_print = print
+
+    def printing(*args, **kwargs):  # once the mesh is up, every line meets the closed pipe
+        if started:
+            raise BrokenPipeError(32, "Broken pipe")
+        real_print(*args, **kwargs)
+    monkeypatch.setattr("builtins.print", printing)
+    try:
+        with pytest.raises(BrokenPipeError):
+            mesh_cli.run_demo(argparse.Namespace(timeout=1.0, keep=False))
+    finally:
+        monkeypatch.setattr("builtins.print", real_print)
+    assert stopped == [{"quiet": True}]

@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import time
+from typing import Optional
 from pathlib import Path
 
 from schedmesh.local.client import Client
@@ -249,9 +250,10 @@ def run_demo(args: argparse.Namespace) -> int:
     if said:
         print(said, flush=True)
     state, _sup = start_mesh(str(DEFAULT_POOL), 2, 2, None, detach=True)
-    print_summary(state)
-    c = Client(state)
-    try:
+    c: Optional[Client] = None
+    try:  # from here on, whatever happens (`schedmesh demo | head` closes the output), the mesh goes down
+        print_summary(state)
+        c = Client(state)
         nodes = c.call("GetNodes", queue_pb2.GetRequest())
         deadline = time.time() + 30
         while not nodes.nodes and time.time() < deadline:
@@ -297,9 +299,13 @@ def run_demo(args: argparse.Namespace) -> int:
         if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
             print(f"\ntraces: search the trace ids above in {JAEGER_UI}")
     finally:
-        c.close()
+        if c is not None:
+            c.close()
         if not args.keep:
-            print("\n== bringing the mesh down", flush=True)
+            try:
+                print("\n== bringing the mesh down", flush=True)
+            except OSError:  # the output is gone (a closed pipe): the mesh goes down all the same
+                pass
             stop_mesh(quiet=True)
             print("mesh stopped")
         else:
