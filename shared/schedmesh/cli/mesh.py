@@ -214,8 +214,15 @@ def _act_two(c: Client, timeout: float) -> None:
         for line in c.call("Apply", queue_pb2.ApplyRequest(manifest=text, source=f"acting/{name}")).applied:
             print(f"  {line}")
 
-    def events(reason: str) -> list:
-        return [e for e in c.call("ListEvents", queue_pb2.EventsRequest()).events if e.reason == reason]
+    def events(reason: str, at_least: int = 1, wait: float = 5.0) -> list:
+        """The events of `reason`, once `at_least` of them are read (they follow their acts on a
+        topic of their own), or what there is after `wait` seconds."""
+        deadline = time.time() + wait
+        while True:
+            got = [e for e in c.call("ListEvents", queue_pb2.EventsRequest()).events if e.reason == reason]
+            if len(got) >= at_least or time.time() > deadline:
+                return got
+            time.sleep(0.2)
 
     apply("1-batch.yaml")
     _wait_for(c, lambda ps: all(ps.get(n) is not None and ps[n].node_name for n in ("batch-a", "batch-b")),
@@ -227,7 +234,7 @@ def _act_two(c: Client, timeout: float) -> None:
     victims = [n for n in ("batch-a", "batch-b") if _gone(pods.get(n))]
     print(f"\n== preemption: urgent-fix (priority {urgent.priority if urgent else '?'}) bound to "
           f"{urgent.node_name if urgent and urgent.node_name else '<pending>'}; preempted: {', '.join(victims) or 'none'}")
-    for e in events("Preempted"):
+    for e in events("Preempted", len(victims)):
         print(f"  {e.type} Preempted {e.pod}: {e.message}")
     apply("3-memory-hog.yaml")
     pods = _wait_for(c, lambda ps: ps.get("memory-hog") is not None and ps["memory-hog"].phase == "Failed",

@@ -16,7 +16,7 @@ from schedmesh.mesh import records
 from schedmesh.queue.hints import EVENT_ASSIGNED_POD_ADD, pod_scheduling_properties_change
 from schedmesh.queue.scheduling_queue import QueueError
 from schedmesh.v1 import events_pb2
-from schedmesh.mesh.scheduler.state import MAX_EVENTS_PER_POD, NOTES_TTL_SECONDS, PodNotes
+from schedmesh.mesh.scheduler.state import MAX_DELETED_NOTES, MAX_EVENTS_PER_POD, NOTES_TTL_SECONDS, PodNotes
 
 log = logging.getLogger("schedmesh.queue_manager")
 tracer = trace.get_tracer("schedmesh.queue_manager")
@@ -74,8 +74,15 @@ class EventHandlers:
             if old is None:
                 return
             if old.uid not in self.cache.pods:  # deleted, not ended (an ended pod stays listed, events too)
-                with self._notes_lock:  # shown only about listed pods (describe, get events): kept, they piled up
-                    self.notes.pop(old.uid, None)
+                # Its events stay listed (`get events`) until they are NOTES_TTL_SECONDS old, as kube
+                # keeps events; of many pods deleted in that time, the last MAX_DELETED_NOTES.
+                with self._notes_lock:
+                    if old.uid in self.notes:
+                        self._deleted_notes.append(old.uid)
+                        while len(self._deleted_notes) > MAX_DELETED_NOTES:
+                            uid = self._deleted_notes.popleft()
+                            if uid not in self.cache.pods:  # (not created again meanwhile)
+                                self.notes.pop(uid, None)
             with self._assumed_lock:  # (the cache ended its assumption: ClusterCache._apply_pod)
                 self.assumed.pop(old.uid, None)
             if old_bound:

@@ -19,6 +19,7 @@ cache.lock); nothing takes cache.lock while holding the queue's lock."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import threading
@@ -115,6 +116,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         # Pods left out of a re-publication while assumed: published once bound or forgotten.
         self._unpublished: set[str] = set()
         self.notes: dict[str, PodNotes] = {}
+        self._deleted_notes: collections.deque[str] = collections.deque()  # uids of deleted pods with notes, oldest first
         self._notes_lock = threading.Lock()
         self.applied_nodes: dict[str, Node] = {}
         # What was applied, kept on disk across down/up when the broker keeps nothing (local mesh).

@@ -17,6 +17,9 @@ MAX_EVENTS_PER_POD = 100
 #: Notes about a pod the cache does not hold are dropped once its last event is this old (kube's
 #: --event-ttl): events may come before the pod's record, and after its deletion.
 NOTES_TTL_SECONDS = 3600.0
+#: Deleted pods whose notes (their events) are kept meanwhile, the most recent ones: a cluster
+#: that deletes pods fast keeps at most this many, whatever their age.
+MAX_DELETED_NOTES = 10_000
 
 
 

@@ -1,13 +1,15 @@
-"""Notes about pods (events, last FailedScheduling message, trace id) are shown only about live
-pods; those about pods gone are dropped, at their deletion or, for events that came after it,
-once their last event is older than kube's event TTL."""
+"""Notes about pods (events, last FailedScheduling message, trace id): those about pods gone are
+kept until their last event is older than kube's event TTL (`get events` lists a deleted pod's
+events meanwhile), at most MAX_DELETED_NOTES deleted pods' worth."""
 from __future__ import annotations
 
+import collections
 import threading
 
 from schedmesh.api.types import ObjectMeta, Pod
 from schedmesh.mesh.cluster_cache import ClusterCache
 from schedmesh.mesh.scheduler.eventhandlers import EventHandlers
+from schedmesh.mesh.scheduler import eventhandlers
 from schedmesh.mesh.scheduler.state import NOTES_TTL_SECONDS, PodNotes
 from schedmesh.v1 import events_pb2
 
@@ -18,6 +20,7 @@ class Handlers(EventHandlers):
     def __init__(self) -> None:
         self.cache = ClusterCache()
         self.notes: dict[str, PodNotes] = {}
+        self._deleted_notes: collections.deque[str] = collections.deque()
         self._notes_lock = threading.Lock()
         self._assumed_lock = threading.Lock()
         self.assumed: dict = {}
@@ -42,14 +45,20 @@ def test_notes_about_pods_gone_are_dropped_after_the_event_ttl_and_live_ones_kep
     assert sorted(h.notes) == ["early", "live"]
 
 
-def test_a_deleted_pods_notes_go_with_it_an_ended_pods_stay() -> None:
-    """An ended pod (Failed: evicted, say) stays listed, as does its Evicted event; the cache
-    tells listeners it is gone from the snapshot just as for a deletion."""
+def test_a_deleted_pods_notes_stay_for_the_ttl_and_the_oldest_go_past_the_cap(monkeypatch) -> None:
+    """A deleted pod's events (its Preempted or TaintManagerEviction, say) stay for `get events`
+    until the TTL prunes them; of more deleted pods than MAX_DELETED_NOTES, the oldest go at once
+    (an ended pod, still listed, is not counted)."""
+    monkeypatch.setattr(eventhandlers, "MAX_DELETED_NOTES", 2)
     h = Handlers()
-    pod = Pod(ObjectMeta(name="p", namespace="default", uid="u-p"))
     ended = Pod(ObjectMeta(name="e", namespace="default", uid="u-e"), phase="Failed")
     h.cache.pods["u-e"] = ended
-    h.notes = {"u-p": _notes(1.0), "u-e": _notes(1.0)}
-    h._on_pod(pod, None)
+    h.notes = {u: _notes(1.0) for u in ("u-a", "u-b", "u-c", "u-e")}
     h._on_pod(Pod(ObjectMeta(name="e", namespace="default", uid="u-e")), None)
+    for u in ("u-a", "u-b"):
+        h._on_pod(Pod(ObjectMeta(name=u, namespace="default", uid=u)), None)
+    assert sorted(h.notes) == ["u-a", "u-b", "u-c", "u-e"]  # deleted, their events still listed
+    h._on_pod(Pod(ObjectMeta(name="u-c", namespace="default", uid="u-c")), None)
+    assert sorted(h.notes) == ["u-b", "u-c", "u-e"]  # the oldest deleted one past the cap
+    assert h._prune_notes(1.0 + NOTES_TTL_SECONDS + 1) == 2  # the TTL: the deleted ones go
     assert list(h.notes) == ["u-e"]
