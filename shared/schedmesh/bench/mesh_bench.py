@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--score-workers", type=int, default=0,
                    help="score shard processes (default 0, as `schedmesh up`: the queue-manager scores)")
     p.add_argument("--tie-break", choices=("random", "name"), default="random")
-    p.add_argument("--cpu-pinning", choices=("auto", "off"), default=None,
+    p.add_argument("--cpu-pinning", choices=cpu_affinity.PINNING_CHOICES, default=None,
                    help="as `schedmesh up`: auto puts the queue-manager on a CPU of its own (default: "
                         "$SCHEDMESH_CPU_PINNING, else auto)")
     p.add_argument("--rate", type=float, default=0.0,

@@ -123,6 +123,9 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
         say(f"CPUs: {cpus.describe()} (--cpu-pinning off leaves it to the OS)")
         cpu_affinity.pin_process(set(cpus.others))  # this supervisor too
     pinned = cpus.env() if cpus is not None else {}
+
+    def env(identity: str) -> dict[str, str]:  # a service's certificate and CPUs
+        return {**security.service_env(identity), **pinned}
     if kafka:
         say(f"using the Kafka broker at {kafka} (--kafka): not started, supervised or stopped by schedmesh ...")
         bootstrap = kafka
@@ -142,20 +145,20 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
             # Shards read no topic: the queue-manager feeds them its snapshot (mesh/shard_feed.py).
             workers.append(sup.start(f"{kind}-worker-{i}", f"services.{kind}_worker",
                                      ["--shard", str(i), "--shards", str(n), *cfg], free_port(),
-                                     env={**security.service_env(f"{kind}-worker"), **pinned}))
-    binder = sup.start("binder", "services.binder", common, free_port(), env={**security.service_env(ids.BINDER), **pinned})
+                                     env=env(f"{kind}-worker")))
+    binder = sup.start("binder", "services.binder", common, free_port(), env=env(ids.BINDER))
     # The one local agent also runs the pods of the nodes users apply (no other kubelet would).
     agent = sup.start("kubelet-agent", "services.kubelet_agent",
                       [*common, "--pool", pool, "--serve-applied-nodes", "queue-manager"], free_port(),
-                      env={**security.service_env(ids.KUBELET_AGENT), **pinned})
+                      env=env(ids.KUBELET_AGENT))
     # DefaultPreemption's PostFilter, acted out; the same configuration as the queue-manager's.
     preemption = sup.start("preemption", "services.preemption", [*common, "--tie-break", tie_break, *cfg],
-                           free_port(), env={**security.service_env(ids.PREEMPTION), **pinned})
+                           free_port(), env=env(ids.PREEMPTION))
     say(f"starting {filter_workers} filter + {score_workers} score workers, binder, kubelet agent, preemption ..."
         if workers else "starting binder, kubelet agent, preemption ...")
     # PDB status, node lifecycle, taint eviction, DaemonSets and the Eviction API (the queue-manager forwards to it)
     controllers = sup.start("controller-manager", "services.controller_manager", common, free_port(),
-                            env={**security.service_env(ids.CONTROLLER_MANAGER), **pinned})
+                            env=env(ids.CONTROLLER_MANAGER))
     # no workers: empty lists, the queue-manager filters and scores in its own process. It starts
     # with the others (their ports are chosen already): a binding sent before the binder serves is
     # sent again, and nothing is scheduled before `up` has seen every service healthy.
