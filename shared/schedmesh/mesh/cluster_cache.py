@@ -35,6 +35,9 @@ from schedmesh.v1 import events_pb2
 # uids of deleted pods remembered by a reader that asks ClusterCache.was_deleted (the binder, the
 # queue-manager): about 10 MB at most
 REMEMBERED_DELETIONS = 100_000
+# Pods kept as their records encoded them (ClusterCache.encoded_pod): more than a burst of pending
+# pods; a few tens of MB at most.
+KEPT_ENCODED_PODS = 65_536
 
 # Listener: (kind, old object or None, new object or None)
 Listener = Callable[[str, object, object], None]
@@ -81,6 +84,11 @@ class ClusterCache:
     # How many uids of deleted pods to remember (was_deleted); 0: none. A whole record of the same
     # uid after its tombstone (the pod created again under that uid) forgets it.
     remember_deletions: int = 0
+    # How many pods to keep as their records encoded them (encoded_pod); 0: none. The queue-manager
+    # sends each pod it binds, and its shards each pod on their nodes: copying the record's bytes
+    # is a tenth of encoding the pod again.
+    keep_encoded: int = 0
+    _encoded: dict[str, tuple[Pod, bytes]] = field(default_factory=dict)  # uid -> (pod, its Pod message)
     _deleted: OrderedDict[str, None] = field(default_factory=OrderedDict)
     _changed: threading.Condition = field(init=False)
 
@@ -194,8 +202,21 @@ class ClusterCache:
     def _decode_pod(self, msg) -> Pod:
         mine = self._expected.pop(msg.metadata.uid, None) if self._expected else None
         if mine is not None and mine.meta.resource_version == msg.metadata.resource_version:
-            return mine
-        return convert.pod_from_proto(msg)
+            pod = mine
+        else:
+            pod = convert.pod_from_proto(msg)
+        if self.keep_encoded:
+            if len(self._encoded) >= self.keep_encoded:
+                self._encoded.clear()
+            # bytes, not the message: a batch record's item keeps the whole batch alive
+            self._encoded[pod.meta.uid] = (pod, msg.SerializeToString())
+        return pod
+
+    def encoded_pod(self, pod: Pod) -> Optional[bytes]:
+        """The serialized Pod message `pod` was read from, when this very object came from a
+        record (None for one made here: a delta applied, an evolved copy; or when not kept)."""
+        got = self._encoded.get(pod.meta.uid)
+        return got[1] if got is not None and got[0] is pod else None
 
     def _apply_node(self, node: Node, deleted: bool) -> None:
         old = self.snapshot.get(node.name)

@@ -220,3 +220,30 @@ def test_deleted_uids_are_remembered_until_the_pod_is_created_again():
     for name in ("b", "c", "d"):
         _apply(cache, records.pod_record(_pod(name, node=""), deleted=True))
     assert [cache.was_deleted(f"uid-{n}") for n in "bcd"] == [False, True, True]
+
+
+def test_a_pod_read_from_its_record_is_kept_as_the_record_encoded_it():
+    """encoded_pod: the very object a record was read into (decoded, or this process's own
+    expected copy) has the record's bytes; a copy made since (a binding applied) has none."""
+    from schedmesh.api import convert
+    from schedmesh.v1 import objects_pb2
+
+    cache = ClusterCache(keep_encoded=2)
+    pending = dataclasses.replace(_pod("a", node=""), phase="Pending")
+    _apply(cache, records.pod_record(pending))
+    read = cache.pods["uid-a"]
+    assert objects_pb2.Pod.FromString(cache.encoded_pod(read)) == convert.pod_to_proto(pending)
+    assert cache.encoded_pod(pending) is None  # an equal pod, but not the object read
+
+    mine = dataclasses.replace(_pod("b", node=""), phase="Pending")
+    cache.expect([mine])
+    _apply(cache, records.pod_record(mine))
+    assert cache.pods["uid-b"] is mine and cache.encoded_pod(mine) == records.pod_message(mine).pod.SerializeToString()
+
+    topic, key, value = records.pod_batch_record([records.binding_update(read, "n1")])
+    cache.apply(topic, value, 100)
+    assert cache.pods["uid-a"].node_name == "n1" and cache.encoded_pod(cache.pods["uid-a"]) is None
+
+    _apply(cache, records.pod_record(_pod("c")))  # a third pod: the two kept are let go
+    assert cache.encoded_pod(mine) is None and cache.encoded_pod(cache.pods["uid-c"]) is not None
+    assert ClusterCache().encoded_pod(mine) is None  # nothing kept unless asked

@@ -794,6 +794,10 @@ class PriorityQueue(RuntimeNominator):
         batching asks it between pods)."""
         return len(self._active) > 0
 
+    def active_count(self) -> int:
+        """How many pods activeQ holds (a hint, read without the lock, as has_active)."""
+        return len(self._active)
+
 
 _UNSCHEDULED_POD_ADD_LABEL = event_label(EVENT_UNSCHEDULED_POD_ADD)
 _UNSCHEDULED_POD_UPDATE_LABEL = event_label(EVENT_UNSCHEDULED_POD_UPDATE)

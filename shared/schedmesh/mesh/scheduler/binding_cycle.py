@@ -30,7 +30,7 @@ from schedmesh.plugins.default_binder.plugin import NAME as DEFAULT_BINDER
 from schedmesh.mesh.binder import PUBLISH_FAILED
 from schedmesh.scheduling.cycle import Diagnosis, FitError
 from schedmesh.telemetry import k8s_attributes, metrics, pod_context, set_error, v
-from schedmesh.v1 import binder_pb2
+from schedmesh.v1 import binder_pb2, objects_pb2
 from schedmesh.mesh.scheduler.state import AssumedPod, PodNotes
 
 log = logging.getLogger("schedmesh.queue_manager")
@@ -308,13 +308,20 @@ class BindingCycle:
             return Status(st.code, (f"running Bind plugin {p.name!r}: {st.message()}",)).with_plugin(p.name)
         return Status(Code.SKIP, ("every Bind plugin skipped the pod",))
 
+    def _pod_message(self, a: AssumedPod):
+        """The assumed pod's Pod message (its binding; with shards, their views too), made once:
+        parsed from its record's bytes when the pod is the copy read from it, else encoded."""
+        if a.proto is None:
+            data = self.cache.encoded_pod(a.pod)
+            a.proto = objects_pb2.Pod.FromString(data) if data is not None else convert.pod_to_proto(a.pod)
+        return a.proto
+
     def _send_bindings(self, ready: list[AssumedPod], retry: bool) -> list[AssumedPod]:
         """One BindBatch; returns the bindings whose outcome is unknown (to send again, same
         node: the binder answers a binding it already made with success)."""
         req = binder_pb2.BindBatchRequest(client_id=self.cfg.client_id, offsets=self.cache.view_offsets())
         for a in ready:
-            # with shards the pod was encoded for their views already (AssumedPod.proto)
-            req.binds.add(pod=a.proto if a.proto is not None else convert.pod_to_proto(a.pod), node_name=a.node,
+            req.binds.add(pod=self._pod_message(a), node_name=a.node,
                           client_id=self.cfg.client_id, traceparent=a.traceparent)
         try:
             results = self.binder.BindBatch(req, timeout=self.cfg.bind_timeout).results

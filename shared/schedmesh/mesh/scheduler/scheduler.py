@@ -37,8 +37,8 @@ from schedmesh.framework.profile import DEFAULT_SCHEDULER_NAME
 from schedmesh.framework.waiting_pods import WaitingPodsMap
 from schedmesh.plugins.pod_topology_spread import SELECTOR_SOURCES_SERVICE, WorkloadSelectorSources
 from schedmesh.mesh import records
-from schedmesh.mesh.cluster_cache import (REMEMBERED_DELETIONS, TOPIC_EVENTS, TOPIC_NAMESPACES, TOPIC_NODES,
-                                          TOPIC_PDBS, TOPIC_PODS, TOPIC_PRIORITY_CLASSES, ClusterCache)
+from schedmesh.mesh.cluster_cache import (KEPT_ENCODED_PODS, REMEMBERED_DELETIONS, TOPIC_EVENTS, TOPIC_NAMESPACES,
+                                          TOPIC_NODES, TOPIC_PDBS, TOPIC_PODS, TOPIC_PRIORITY_CLASSES, ClusterCache)
 from schedmesh.mesh.applied_store import AppliedStore
 from schedmesh.mesh.runtime import CacheFollower
 from schedmesh.queue.scheduling_queue import PriorityQueue
@@ -66,7 +66,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self.cfg = cfg
         self.bootstrap = bootstrap
         # (deleted uids remembered: a pod applied again after its deletion gets a new uid, see api.py)
-        self.cache = ClusterCache(remember_deletions=REMEMBERED_DELETIONS)
+        self.cache = ClusterCache(remember_deletions=REMEMBERED_DELETIONS, keep_encoded=KEPT_ENCODED_PODS)
         if cfg.profiles is None:
             from schedmesh.framework.profile import default_profile
             cfg.profiles = [default_profile()]
@@ -398,14 +398,15 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         return v
 
     def _encode_for_shards(self, pod: Pod) -> bytes:
-        """A pod for the shards' feeds: an assumed one as decoded from its record (kept for its
-        binding), others encoded."""
+        """A pod for the shards' feeds: as its record encoded it when this copy was read from
+        one, an assumed one's message (kept for its binding), else encoded here."""
+        data = self.cache.encoded_pod(pod)
+        if data is not None:
+            return data
         with self._assumed_lock:
             a = self.assumed.get(pod.uid)
         if a is not None and (a.pod is pod or same_but_status(a.pod, pod)):  # (the assumed copy: bound)
-            if a.proto is None:
-                a.proto = convert.pod_to_proto(pod)
-            return a.proto.SerializeToString()
+            return self._pod_message(a).SerializeToString()
         return convert.pod_to_proto(pod).SerializeToString()
 
     def _add_nominated(self, v: spb.ClusterView) -> None:
@@ -420,9 +421,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         with self._assumed_lock:
             items = list(self.assumed.values())
         for a in items:
-            if a.proto is None:
-                a.proto = convert.pod_to_proto(a.pod)
-            v.assumed.add(pod=a.proto, node_name=a.node)
+            v.assumed.add(pod=self._pod_message(a), node_name=a.node)
         self.waiting_pods.iterate(lambda wp: v.waiting_uids.append(wp.pod.uid))
         self._add_nominated(v)
         return v

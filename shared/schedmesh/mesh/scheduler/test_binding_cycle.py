@@ -70,7 +70,8 @@ class Cycle(BindingCycle):
         self._bind_queue = BindingQueue()
         self._assumed_lock, self._notes_lock = threading.Lock(), threading.Lock()
         self.assumed, self.notes = {}, {}
-        self.cache = SimpleNamespace(lock=threading.RLock(), pods={}, view_offsets=dict, expect_records=lambda now=True: None)
+        self.cache = SimpleNamespace(lock=threading.RLock(), pods={}, view_offsets=dict, expect_records=lambda now=True: None,
+                                     encoded_pod=lambda pod: None)
         self.done, self.forgotten, self.requeued, self.events, self.moved = [], [], [], [], []
         self.active: list[str] = []  # the pods activeQ holds (the binding loop's linger asks)
         self.deciding = False

@@ -42,7 +42,7 @@ class Loop(ScheduleOne):
     def _prepare_run(self, run, start):
         return None
 
-    def _attempt_run(self, run, batch=None) -> None:
+    def _attempt_run(self, run, batch=None, look_ahead=None) -> None:
         for qpi, _cycle in run:
             self.attempted.append((qpi.pod.name, time.monotonic()))
             self.queue.done(qpi.pod.uid)
@@ -98,6 +98,54 @@ def test_an_idle_loop_warms_the_plugins_once_per_change_to_the_cluster():
         idle = loop.pops
         wait_until(lambda: loop.pops >= idle + 2)
         assert loop.warmed_at == [0, 3]
+
+
+class ShardedLoop(Loop):
+    """With shards: runs of node-local pods (up to 16), each run's preparation recorded with the
+    pods attempted by then; `on_attempt` runs after each attempt."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.evaluator = SimpleNamespace(filter_stubs=[object()], use_batch=lambda batch: None,
+                                         end_batch=lambda: None)
+        self.cfg = SimpleNamespace(shard_batch_size=16, extenders=[])
+        self._early_roots = {}
+        self.prepared: list[tuple[list[str], list[str]]] = []
+        self.on_attempt = lambda name: None
+
+    def _batchable(self, qpi) -> bool:
+        return True
+
+    def _prepare_run(self, run, start):
+        self.prepared.append(([q.pod.name for q, _ in run], [n for n, _ in self.attempted]))
+        return None
+
+    _attempt_run = ScheduleOne._attempt_run
+
+    def _attempt(self, qpi, cycle=None) -> None:
+        self.attempted.append((qpi.pod.name, time.monotonic()))
+        self.queue.done(qpi.pod.uid)
+        self.on_attempt(qpi.pod.name)
+
+
+def test_pods_arriving_during_a_run_start_the_next_runs_batch_before_the_run_ends():
+    """Pods come in bursts (an Apply's at a time): once a quarter of a run has arrived behind the
+    run being decided, the shards are asked about them then, not after the run ends."""
+    loop = ShardedLoop()
+    first = [f"a{i}" for i in range(8)]
+    for name in first:
+        loop.queue.add(make_pod(name))
+    arrivals = {2: ["b0", "b1", "b2"], 4: ["b3", "b4", "b5"]}  # after that many attempts; 3 < 16 // 4 <= 6
+
+    def arrive(name: str) -> None:
+        for new in arrivals.get(len(loop.attempted), ()):
+            loop.queue.add(make_pod(new))
+    loop.on_attempt = arrive
+    with running(loop):
+        wait_until(lambda: len(loop.attempted) == 14)
+    order = [n for n, _ in loop.attempted]  # (the queue's order among equals is its own)
+    assert sorted(order[:8]) == first and sorted(order[8:]) == [f"b{i}" for i in range(6)]
+    assert loop.prepared == [(order[:8], []), (order[8:], order[:4])]
 
 
 class Preempting(ScheduleOne):
