@@ -97,10 +97,12 @@ def run_up(args: argparse.Namespace) -> int:
         said = set_aside_applied(Path.cwd(), args.restore)
         if said:
             print(said)
+    def start(detach: bool):
+        return start_mesh(str(args.pool or DEFAULT_POOL), args.filter_workers, args.score_workers, args.config,
+                          detach, args.timeout, tie_break=args.tie_break, tls=not args.insecure, kafka=kafka,
+                          cpu_pinning=args.cpu_pinning)
     if args.detach:
-        state, _ = start_mesh(str(args.pool or DEFAULT_POOL), args.filter_workers, args.score_workers, args.config, True,
-                              args.timeout, tie_break=args.tie_break, tls=not args.insecure, kafka=kafka,
-                              cpu_pinning=args.cpu_pinning)
+        state, _ = start(True)
         print_summary(state)
         print("detached: the supervisor keeps every service running; `schedmesh down` stops it all")
         return 0
@@ -113,9 +115,7 @@ def run_up(args: argparse.Namespace) -> int:
 
     for sig in signals:
         signal.signal(sig, interrupt)
-    state, sup = start_mesh(str(args.pool or DEFAULT_POOL), args.filter_workers, args.score_workers, args.config, False,
-                            args.timeout, tie_break=args.tie_break, tls=not args.insecure, kafka=kafka,
-                              cpu_pinning=args.cpu_pinning)
+    state, sup = start(False)
     for sig in signals:
         signal.signal(sig, lambda signum, frame: sup.stopping.set())
     try:

@@ -46,16 +46,13 @@ def parse_cpus(text: str, what: str = CPUS_ENV) -> set[int]:
 
 def format_cpus(cpus: Iterable[int]) -> str:
     """The shortest CPU list: {0, 1, 2, 5} -> "0-2,5"."""
-    out: list[str] = []
-    run: list[int] = []
+    runs: list[list[int]] = []
     for c in sorted(set(cpus)):
-        if run and c != run[-1] + 1:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-            run = []
-        run.append(c)
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
+        if runs and c == runs[-1][-1] + 1:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def supported() -> bool:

@@ -118,16 +118,15 @@ class ScheduleOne:
                 if run:
                     self.deciding = True  # the binding cycle's batching waits for these pods' bindings
                     batch = self._prepared_batch(prepared)
-                    look_ahead = None
+                    next_start = None  # where this run leaves the node search: the next run starts there
                     # Not after a pod that is not node-local: assuming it (inter-pod affinity
                     # terms) would end a batch prepared meanwhile.
                     if self.evaluator.filter_stubs and all(self._batchable(q) for q, _ in run):
-                        start = batch.next_start if batch is not None and batch.next_start is not None \
+                        next_start = batch.next_start if batch is not None and batch.next_start is not None \
                             else self.algo.next_start_node_index
-                        look_ahead = self._look_ahead_from(start)
-                        look_ahead(1)
+                        self._look_ahead(next_start, 1)
                     try:
-                        self._attempt_run(run, batch, look_ahead)
+                        self._attempt_run(run, batch, next_start)
                     finally:
                         self.deciding = False
                         self._bind_queue.recheck()  # a binding batch waiting for these pods may go
@@ -153,16 +152,14 @@ class ScheduleOne:
         except Exception:  # a cycle builds the same on demand: never a reason to stop the loop
             log.exception("warming the plugins' indexes failed")
 
-    def _look_ahead_from(self, start: int):
-        """A function that, given a number of pods, pops the next run and has the shards evaluate
-        it (from node index `start`, where this run's pods leave it) while this run is decided
-        here, once activeQ holds that many pods and no next run is being prepared yet."""
-        def look_ahead(at_least: int) -> None:
-            if self._ahead is None and self.queue.active_count() >= at_least:
-                following = self._pop_run()
-                if following:
-                    self._ahead = (following, self._prepare_run(following, start))
-        return look_ahead
+    def _look_ahead(self, start: int, at_least: int) -> None:
+        """Pop the next run and have the shards evaluate it (from node index `start`, where the run
+        being decided leaves it) while that run is decided here, once activeQ holds `at_least`
+        pods and no next run is being prepared yet."""
+        if self._ahead is None and self.queue.active_count() >= at_least:
+            following = self._pop_run()
+            if following:
+                self._ahead = (following, self._prepare_run(following, start))
 
     def _prepare_run(self, run: list[tuple[QueuedPodInfo, int]], start: int):
         """Start asking the shards about the run's node-local pods (a future of its ShardBatch,
@@ -226,17 +223,19 @@ class ScheduleOne:
             run.append((nxt, self.queue.scheduling_cycle()))
         return run
 
-    def _attempt_run(self, run: list[tuple[QueuedPodInfo, int]], batch=None, look_ahead=None) -> None:
-        """The run's attempts, in order. `look_ahead` (with shards): asked between them to start
-        the next run's batch once enough pods arrived (pods come in bursts, an Apply's at a time:
-        the next run would otherwise wait until this one is decided, then for the shards)."""
+    def _attempt_run(self, run: list[tuple[QueuedPodInfo, int]], batch=None,
+                     next_start: Optional[int] = None) -> None:
+        """The run's attempts, in order. `next_start` (with shards: where this run leaves the node
+        search): between them, the next run's batch starts once a quarter of a run has arrived
+        (pods come in bursts, an Apply's at a time: the next run would otherwise wait until this
+        one is decided, then for the shards)."""
         self.evaluator.use_batch(batch)
         enough = max(2, self.cfg.shard_batch_size // 4)
         try:
             for qpi, cycle in run:
                 self._attempt(qpi, cycle)
-                if look_ahead is not None:
-                    look_ahead(enough)
+                if next_start is not None:
+                    self._look_ahead(next_start, enough)
         finally:
             self.evaluator.end_batch()
             for qpi, _ in run:  # pods skipped (deleted or bound meanwhile) end their early trace

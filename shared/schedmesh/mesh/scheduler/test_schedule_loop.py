@@ -42,7 +42,7 @@ class Loop(ScheduleOne):
     def _prepare_run(self, run, start):
         return None
 
-    def _attempt_run(self, run, batch=None, look_ahead=None) -> None:
+    def _attempt_run(self, run, batch=None, next_start=None) -> None:
         for qpi, _cycle in run:
             self.attempted.append((qpi.pod.name, time.monotonic()))
             self.queue.done(qpi.pod.uid)
