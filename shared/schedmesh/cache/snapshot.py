@@ -104,6 +104,7 @@ class Columns:
         self._labels: dict[str, LabelColumn] = {}
         self._nodes = [ni.node for ni in infos]
         self._name_index: Optional[dict[str, int]] = None
+        self._name_rank: Optional[np.ndarray] = None
         self._order_digest: Optional[int] = None
         for i, ni in enumerate(infos):
             self.set_pod_totals(i, ni)
@@ -150,6 +151,16 @@ class Columns:
 
     def index_of(self, name: str) -> int:
         return self.name_index().get(name, -1)
+
+    @property
+    def name_rank(self) -> np.ndarray:
+        """Per row: the node name's position in the names sorted (Python's str order), so that the
+        smallest name among many rows is an argmin, not a loop over strings."""
+        if self._name_rank is None:
+            rank = np.empty(self.n, np.int64)
+            rank[sorted(range(self.n), key=self.names.__getitem__)] = np.arange(self.n)
+            self._name_rank = rank
+        return self._name_rank
 
     def rows_of(self, names) -> np.ndarray:
         """Rows of many node names at once (-1 for unknown names)."""

@@ -420,8 +420,9 @@ class SchedulingAlgorithm:
         best = np.flatnonzero(totals == totals.max())
         if len(best) == 1:
             return names[rows[best[0]]]
-        if self.tie_break == "name":
-            return min(names[rows[i]] for i in best)
+        if self.tie_break == "name":  # the smallest name (names are unique: one row has it)
+            tied = rows[best]
+            return names[tied[np.argmin(snapshot.cols.name_rank[tied])]]
         return names[rows[best[self.rng.randrange(len(best))]]]
 
 

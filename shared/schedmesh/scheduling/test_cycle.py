@@ -2,6 +2,8 @@
 host selection and nominated pods (kube's schedule_one_test.go cases, re-expressed)."""
 from __future__ import annotations
 
+import numpy as np
+
 import pytest
 
 from schedmesh.api.load import admit_all, load_text
@@ -91,6 +93,14 @@ def test_tie_break_by_name_and_uniform_random():
     assert _schedule(snap, p, tie_break="name").suggested_host == "a"
     seen = {_schedule(snap, p, tie_break="random", seed=s).suggested_host for s in range(40)}
     assert seen == {"a", "b", "c"}
+
+
+def test_tie_break_by_name_takes_the_smallest_name_in_string_order_whatever_the_node_order():
+    names = ["n9", "n10", "m-2", "n1", "zz", "m-10"]
+    snap, [p] = cluster("".join(node(n) for n in names) + pod("p"))
+    assert _schedule(snap, p, tie_break="name").suggested_host == min(names) == "m-10"
+    rank = snap.cols.name_rank
+    assert [snap.cols.names[i] for i in np.argsort(rank)] == sorted(names)
 
 
 def test_rotating_start_index_spreads_the_search():
