@@ -7,10 +7,13 @@ performance-config.yaml files and templates (test/integration/scheduler_perf in 
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +22,8 @@ import pytest
 from schedmesh.api.load import admit_all, load_files, load_text
 from schedmesh.api.to_json import node_to_json, pod_to_json
 from schedmesh.bench.cycle_bench import run as run_cycle_bench, schedule_in_process
-from schedmesh.bench.mesh_bench import _pool_for, cpu_ms_per_pod, cpu_seconds, median_run, record_time
+from schedmesh.bench.mesh_bench import (_pool_for, add_arguments, cpu_ms_per_pod, cpu_seconds, median_run, record_time,
+                                        submit_all)
 from schedmesh.bench.workloads import SHAPES, WORKLOAD_NAMES, ZONE_LABEL, build, default_sizes
 from schedmesh.cli.explain import Explainer, fill_times, load_profiles
 from schedmesh.mesh.nodepool import load_pools
@@ -379,3 +383,55 @@ def test_bench_cycle_in_several_processes_sums_what_each_did():
     assert all(r > 0 for r in result["per_process"])
     assert result["pods_per_second"] == round(sum(result["per_process"]), 1)
     assert result["scheduled"] == 20 and result["replica_answers"] is True
+
+
+def test_submit_all_keeps_at_most_the_given_applies_in_flight_in_order():
+    lock, state, calls = threading.Lock(), {"now": 0, "most": 0}, []
+
+    def apply(chunk):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+            calls.append([d["metadata"]["name"] for d in chunk])
+        time.sleep(0.02)  # an Apply takes a while: the next ones overlap it
+        with lock:
+            state["now"] -= 1
+
+    docs = [{"metadata": {"name": f"p{i}"}} for i in range(10)]
+    submitted: dict[str, float] = {}
+    before = time.time()
+    submit_all(apply, docs, 3, 2, submitted)
+    assert state["most"] == 2
+    assert sorted(calls) == [["p0", "p1", "p2"], ["p3", "p4", "p5"], ["p6", "p7", "p8"], ["p9"]]
+    assert calls[0] == ["p0", "p1", "p2"]  # sent in order
+    assert set(submitted) == {f"p{i}" for i in range(10)}
+    assert all(before <= submitted[f"p{i}"] <= submitted[f"p{i + 1}"] for i in range(9))
+    assert submitted["p0"] == submitted["p2"] < submitted["p9"]  # a pod's time is its Apply's
+
+
+def test_submit_all_one_at_a_time_and_a_failed_apply_fails_the_submission():
+    state = {"now": 0, "most": 0}
+
+    def apply(chunk):
+        state["now"] += 1
+        state["most"] = max(state["most"], state["now"])
+        time.sleep(0.005)
+        state["now"] -= 1
+        if chunk[0]["metadata"]["name"] == "p4":
+            raise RuntimeError("refused")
+
+    docs = [{"metadata": {"name": f"p{i}"}} for i in range(6)]
+    with pytest.raises(RuntimeError, match="refused"):
+        submit_all(apply, docs, 2, 1, {})
+    assert state["most"] == 1
+
+
+def test_apply_concurrency_below_one_is_refused_by_name(capsys):
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert p.parse_args(["--apply-concurrency", "3"]).apply_concurrency == 3
+    assert p.parse_args([]).apply_concurrency == 2
+    for bad, why in (("0", "0 is less than 1"), ("two", "'two' is not a whole number")):
+        with pytest.raises(SystemExit):
+            p.parse_args(["--apply-concurrency", bad])
+        assert f"argument --apply-concurrency: {why}" in capsys.readouterr().err

@@ -6,7 +6,9 @@ agent's node pool (a mesh started by the bench) or are applied as Node manifests
 (spec.nodeName); a workload's unschedulable pods (Unschedulable) are applied next and the bench
 waits until each has failed once (its FailedScheduling event), so that the measured stream meets
 them churning in the queue, not arriving; the measured pods are submitted through
-Scheduler.Apply in batches, and their bindings are observed on the schedmesh.pods topic. Latency
+Scheduler.Apply in batches (two Applies in flight by default: scheduler_perf creates its pods
+from 30 concurrent clients, and one Apply at a time left the scheduler waiting for pods while
+the next was admitted), and their bindings are observed on the schedmesh.pods topic. Latency
 per pod = time its bound PodRecord was consumed - time its Apply request was sent. Prints one
 JSON object on stdout (with --repeat, the median of that many runs, each in a new mesh, and
 every run's figures: median_run); progress goes to stderr.
@@ -26,7 +28,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from schedmesh.bench.workloads import HOSTNAME_LABEL, WORKLOAD_NAMES, ZONE_LABEL, build
 from schedmesh.mesh import cpu_affinity
@@ -54,12 +56,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--use-running", action="store_true",
                    help="use the mesh of `schedmesh up` in this directory (nodes are applied as Node manifests)")
     p.add_argument("--batch", type=int, default=500, help="pods per Apply request")
+    p.add_argument("--apply-concurrency", type=_at_least_one, default=2,
+                   help="Apply requests in flight at once when pods are offered all at once (default 2: the next "
+                        "Apply is admitted and published while the previous one's pods are scheduled; "
+                        "scheduler_perf creates its pods from 30 concurrent clients)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for all pods to be bound")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--keep-logs", action="store_true", help="keep the bench mesh's logs even on success")
     p.add_argument("--repeat", type=int, default=1,
                    help="measure this many times, each in a new mesh, and report the median run with every "
                         "run's figures (the host's speed moves between runs minutes apart)")
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is less than 1")
+    return n
+
+
+def submit_all(apply: Callable[[list[dict]], None], docs: list[dict], batch: int, concurrency: int,
+               submitted: dict[str, float], progress: Callable[[], None] = lambda: None) -> None:
+    """`docs` through `apply`, `batch` at a time, in order, with at most `concurrency` calls in
+    flight; each pod's submission time (when its Apply was sent) into `submitted`. An Apply that
+    fails fails the whole submission."""
+    with concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="bench-apply") as pool:
+        in_flight: list[concurrent.futures.Future] = []
+        for i in range(0, len(docs), batch):
+            while len(in_flight) >= concurrency:
+                in_flight.pop(0).result()
+                progress()
+            chunk = docs[i:i + batch]
+            t = time.time()
+            for d in chunk:
+                submitted[d["metadata"]["name"]] = t
+            in_flight.append(pool.submit(apply, chunk))
+        for f in in_flight:
+            f.result()
+            progress()
 
 
 def _percentile(sorted_vals: list[float], q: float) -> float:
@@ -447,7 +484,8 @@ def run_once(args: argparse.Namespace) -> tuple[bool, dict]:
                 time.sleep(0.2)
         docs = [pod_doc(p) for p in pending]
         names = [d["metadata"]["name"] for d in docs]
-        log(f"bench: submitting {len(docs)} pods in batches of {args.batch}")
+        log(f"bench: submitting {len(docs)} pods in batches of {args.batch}"
+            + ("" if args.rate > 0 else f", {args.apply_concurrency} Applies in flight at most"))
         submitted: dict[str, float] = {}
         cpu_before = cpu_seconds(state.procs)
         t0 = time.time()
@@ -467,12 +505,9 @@ def run_once(args: argparse.Namespace) -> tuple[bool, dict]:
                     _progress(sum(1 for n in names if n in watcher.bound), len(names), t0)
                 for f in sent:
                     f.result()
-        for i in range(0, len(docs) if args.rate <= 0 else 0, args.batch):
-            t = time.time()
-            _apply(client, docs[i:i + args.batch], "bench-pods")
-            for d in docs[i:i + args.batch]:
-                submitted[d["metadata"]["name"]] = t
-            _progress(sum(1 for n in names if n in watcher.bound), len(names), t0)
+        else:
+            submit_all(lambda chunk: _apply(client, chunk, "bench-pods"), docs, args.batch, args.apply_concurrency,
+                       submitted, lambda: _progress(sum(1 for n in names if n in watcher.bound), len(names), t0))
         deadline = t0 + args.timeout
         while True:
             done = sum(1 for n in names if n in watcher.bound)
@@ -507,6 +542,7 @@ def run_once(args: argparse.Namespace) -> tuple[bool, dict]:
                            "p99": round(_percentile(lat, 99), 1)},
             "filter_shards": state.filter_shards, "score_shards": state.score_shards,
             "offered_rate": args.rate or None,
+            "apply_concurrency": None if args.rate else args.apply_concurrency,
             "peak_rss_mib": round(peak_rss_mib([p.pid for p in state.procs]), 1),
             "cpu_ms_per_pod": cpu_ms_per_pod(cpu_before, cpu_after, len(bound)),
             "mesh": "running" if args.use_running else "own",
