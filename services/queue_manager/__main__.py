@@ -33,7 +33,7 @@ def main() -> None:
                    default=os.environ.get("SCHEDMESH_STRICT_ADMISSION") == "1",
                    help="refuse pods naming a RuntimeClass that does not exist, as the Kubernetes API server "
                         "does (default: accept them as written with a warning)")
-    p.add_argument("--shard-batch-size", type=int, default=int(os.environ.get("SCHEDMESH_SHARD_BATCH_SIZE", "256")),
+    p.add_argument("--shard-batch-size", type=int, default=int(os.environ.get("SCHEDMESH_SHARD_BATCH_SIZE", "512")),
                    help="node-local pods asked of the shards in one request (1: pod by pod)")
     a = p.parse_args()
     if a.shard_batch_size < 1:

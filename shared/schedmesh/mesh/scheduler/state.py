@@ -37,7 +37,7 @@ class QueueManagerConfig:
     pod_max_backoff_seconds: float = 10.0
     shard_timeout: float = 10.0
     # Node-local pods asked of the shards in one request (schedmesh.mesh.batch); 1: pod by pod.
-    shard_batch_size: int = 256
+    shard_batch_size: int = 512
     bind_timeout: float = 10.0
     # A binding whose outcome is unknown (binder unreachable, or its publication unacknowledged:
     # it may be in the log) is sent again, to the same node, for this long before it is refused.
