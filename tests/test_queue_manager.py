@@ -2,6 +2,9 @@
 binder, the queue-manager) talking gRPC over sockets and Kafka."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -245,3 +248,15 @@ def test_a_pod_applied_again_after_its_deletion_is_a_new_pod_and_is_bound(mesh) 
     assert "pod/default/again created" in applied
     second = _wait(lambda: listed(bound=True), timeout=30)
     assert second.metadata.uid != first.metadata.uid and second.node_name.startswith("node-")
+
+
+@pytest.mark.parametrize("env, args, message", [
+    ({"SCHEDMESH_SHARD_BATCH_SIZE": "abc"}, [], "SCHEDMESH_SHARD_BATCH_SIZE='abc' is not a whole number"),
+    ({"SCHEDMESH_SHARD_BATCH_SIZE": "0"}, [], "--shard-batch-size must be at least 1"),
+    ({}, ["--shard-batch-size", "0"], "--shard-batch-size must be at least 1"),
+])
+def test_a_bad_shard_batch_size_is_refused_naming_where_it_came_from(env, args, message) -> None:
+    run = subprocess.run([sys.executable, "-m", "services.queue_manager", "--binder", "127.0.0.1:1", *args],
+                         env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert message in run.stderr

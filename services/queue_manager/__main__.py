@@ -33,11 +33,16 @@ def main() -> None:
                    default=os.environ.get("SCHEDMESH_STRICT_ADMISSION") == "1",
                    help="refuse pods naming a RuntimeClass that does not exist, as the Kubernetes API server "
                         "does (default: accept them as written with a warning)")
-    p.add_argument("--shard-batch-size", type=int,
-                   default=int(os.environ.get("SCHEDMESH_SHARD_BATCH_SIZE", QueueManagerConfig.shard_batch_size)),
+    p.add_argument("--shard-batch-size", type=int, default=None,
                    help=f"node-local pods asked of the shards in one request (1: pod by pod; default "
-                        f"{QueueManagerConfig.shard_batch_size})")
+                        f"$SCHEDMESH_SHARD_BATCH_SIZE, else {QueueManagerConfig.shard_batch_size})")
     a = p.parse_args()
+    if a.shard_batch_size is None:
+        raw = os.environ.get("SCHEDMESH_SHARD_BATCH_SIZE", "").strip()
+        try:
+            a.shard_batch_size = int(raw) if raw else QueueManagerConfig.shard_batch_size
+        except ValueError:
+            p.error(f"SCHEDMESH_SHARD_BATCH_SIZE={raw!r} is not a whole number")
     if a.shard_batch_size < 1:
         p.error("--shard-batch-size must be at least 1")
     filters, scores = _targets(a.filter_workers), _targets(a.score_workers)
