@@ -231,8 +231,9 @@ def _past_metadata(raw: bytes) -> bytes:
         shift += 7
 
 
-def pod_from_proto(m: pb.Pod) -> Pod:
-    key = _past_metadata(m.SerializeToString(deterministic=True))
+def pod_from_proto(m: pb.Pod, encoded: Optional[bytes] = None) -> Pod:
+    """`encoded`: m.SerializeToString(deterministic=True), when the caller made it already."""
+    key = _past_metadata(encoded if encoded is not None else m.SerializeToString(deterministic=True))
     spec = _POD_SPECS.get(key)
     if spec is None:
         pod = _decode_pod(m)

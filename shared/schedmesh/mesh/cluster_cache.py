@@ -201,15 +201,17 @@ class ClusterCache:
 
     def _decode_pod(self, msg) -> Pod:
         mine = self._expected.pop(msg.metadata.uid, None) if self._expected else None
+        # bytes, not the message: a batch record's item keeps the whole batch alive; serialized
+        # once, for both the decoding's spec memo and encoded_pod
+        data = msg.SerializeToString(deterministic=True) if self.keep_encoded else None
         if mine is not None and mine.meta.resource_version == msg.metadata.resource_version:
             pod = mine
         else:
-            pod = convert.pod_from_proto(msg)
-        if self.keep_encoded:
+            pod = convert.pod_from_proto(msg, data)
+        if data is not None:
             if len(self._encoded) >= self.keep_encoded:
                 self._encoded.clear()
-            # bytes, not the message: a batch record's item keeps the whole batch alive
-            self._encoded[pod.meta.uid] = (pod, msg.SerializeToString())
+            self._encoded[pod.meta.uid] = (pod, data)
         return pod
 
     def encoded_pod(self, pod: Pod) -> Optional[bytes]:
