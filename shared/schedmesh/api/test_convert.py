@@ -56,3 +56,52 @@ def test_replicas_decode_to_their_own_metadata_over_one_shared_spec():
     assert dc.containers is not da.containers and dc.priority == 7
     for p, d in ((a, da), (b, db), (c, dc), (a, da2)):
         assert dataclasses.asdict(d) == dataclasses.asdict(p)
+
+
+def test_bound_pods_share_their_spec_and_keep_their_own_binding_and_status():
+    """The spec memo leaves out the binding and the status too (a shard's feed brings every bound
+    pod, each on its own node since its own time): such pods share one spec and decode to their
+    own node, phase, start time, conditions, reasons and nomination; a pending replica decoded
+    after them has none of those."""
+    from schedmesh.api.evolve import evolve
+    from schedmesh.api.types import PodCondition
+    from schedmesh.bench.workloads import pod_from_template
+
+    def decoded(p):
+        return convert.pod_from_proto(convert.pod_to_proto(p))
+
+    a = pod_from_template("pod-default", "bound-a", "default")
+    bound = [evolve(a, meta=evolve(a.meta, name=f"bound-{i}", uid=f"uid-bound-{i}"), node_name=f"node-{i}",
+                    phase="Running", start_time=1000.0 + i, nominated_node_name="node-9" if i else "",
+                    conditions=[PodCondition("PodScheduled", "True", "", ""),
+                                PodCondition("Ready", "False" if i else "True", "r", f"m{i}")],
+                    status_reason="Evicted" if i == 2 else "", status_message="gone" if i == 2 else "")
+             for i in range(3)]
+    pending = evolve(a, meta=evolve(a.meta, name="pending", uid="uid-pending"))
+    got = [decoded(p) for p in bound] + [decoded(pending)]
+    for p, d in zip(bound + [pending], got):
+        assert dataclasses.asdict(d) == dataclasses.asdict(p)
+    assert all(d.containers is got[0].containers and d.tolerations is got[0].tolerations for d in got)
+    assert len({id(d.conditions) for d in got}) == len(got)  # each pod its own list
+    assert (got[3].node_name, got[3].phase, got[3].start_time, got[3].conditions) == ("", "Pending", None, [])
+
+
+def test_spec_key_drops_exactly_the_metadata_binding_and_status_fields():
+    from schedmesh.bench.workloads import pod_from_template
+    from schedmesh.v1 import objects_pb2 as pb
+
+    p = convert.pod_to_proto(pod_from_template("pod-default", "k", "default"))
+    p.node_name, p.phase, p.nominated_node_name, p.start_time = "n1", "Running", "n2", 12.5
+    p.conditions.add(type="Ready", status="True")
+    p.status_reason, p.status_message = "r", "m"
+    p.priority, p.host_network = 300, True
+    key = convert._spec_key(p.SerializeToString(deterministic=True))
+    spec = pb.Pod.FromString(key)  # still a Pod's serialization
+    expected = pb.Pod()
+    expected.CopyFrom(p)
+    for f in ("metadata", "node_name", "phase", "nominated_node_name", "start_time", "conditions",
+              "status_reason", "status_message"):
+        expected.ClearField(f)
+    assert spec == expected
+    with pytest.raises(ValueError, match="ends inside a field"):
+        convert._spec_key(p.SerializeToString()[:-1])
