@@ -269,7 +269,8 @@ def _spec_key(raw: bytes) -> bytes:
 
 
 def pod_from_proto(m: pb.Pod, encoded: Optional[bytes] = None) -> Pod:
-    """`encoded`: m.SerializeToString(deterministic=True), when the caller made it already."""
+    """`encoded`: m's serialization, when the caller has it (a deterministic one, as this makes
+    without it, meets the replicas' specs more often: map fields' order varies otherwise)."""
     key = _spec_key(encoded if encoded is not None else m.SerializeToString(deterministic=True))
     spec = _POD_SPECS.get(key)
     if spec is None:

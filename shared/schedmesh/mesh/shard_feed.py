@@ -216,7 +216,7 @@ class FedCluster:
                 snap.set_namespace_labels(ns.name, dict(ns.labels))
         sent: dict[str, Pod] = {}
         for b in feed.pods:
-            pod = convert.pod_from_proto(pb.Pod.FromString(b))
+            pod = convert.pod_from_proto(pb.Pod.FromString(b), b)  # (its spec memo keyed by these bytes)
             sent[pod.meta.uid] = pod
         left: list[str] = []
         for row in feed.rows:
