@@ -406,7 +406,10 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         with self._assumed_lock:
             a = self.assumed.get(pod.uid)
         if a is not None and (a.pod is pod or same_but_status(a.pod, pod)):  # (the assumed copy: bound)
-            return self._pod_message(a).SerializeToString()
+            # The pending pod's record as it came (a shard reads no binding, no status), else
+            # the message kept for its binding.
+            data = self.cache.encoded_pod(a.pod)
+            return data if data is not None else self._pod_message(a).SerializeToString()
         return convert.pod_to_proto(pod).SerializeToString()
 
     def _add_nominated(self, v: spb.ClusterView) -> None:
