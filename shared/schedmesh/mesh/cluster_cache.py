@@ -21,7 +21,7 @@ from typing import Callable, Optional
 from schedmesh.api import convert
 from schedmesh.api.evolve import evolve
 from schedmesh.api.types import (POD_BINDING_AND_STATUS, DaemonSet, LimitRange, Namespace, Node, Pod, PodDisruptionBudget,
-                                 PriorityClass, RuntimeClass, WorkloadSelector)
+                                 PriorityClass, RuntimeClass, WorkloadSelector, same_but_status)
 from schedmesh.plugins.pod_topology_spread import WorkloadSelectors
 # Topic names live in the bus catalogue; re-exported here under the names the mesh uses.
 from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
@@ -219,6 +219,13 @@ class ClusterCache:
         record (None for one made here: a delta applied, an evolved copy; or when not kept)."""
         got = self._encoded.get(pod.meta.uid)
         return got[1] if got is not None and got[0] is pod else None
+
+    def encoded_spec(self, pod: Pod) -> Optional[bytes]:
+        """The serialized Pod message of a record of this pod that differs from `pod` in its
+        binding, status or version at most (what a shard's feed needs: its plugins read neither),
+        when kept: a pod bound or started since is not encoded again."""
+        got = self._encoded.get(pod.meta.uid)
+        return got[1] if got is not None and (got[0] is pod or same_but_status(got[0], pod)) else None
 
     def _apply_node(self, node: Node, deleted: bool) -> None:
         old = self.snapshot.get(node.name)

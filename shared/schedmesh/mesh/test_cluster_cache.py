@@ -242,7 +242,11 @@ def test_a_pod_read_from_its_record_is_kept_as_the_record_encoded_it():
 
     topic, key, value = records.pod_batch_record([records.binding_update(read, "n1")])
     cache.apply(topic, value, 100)
-    assert cache.pods["uid-a"].node_name == "n1" and cache.encoded_pod(cache.pods["uid-a"]) is None
+    bound = cache.pods["uid-a"]
+    assert bound.node_name == "n1" and cache.encoded_pod(bound) is None
+    # ... but the record differs from it in its binding only: a shard's feed may carry it
+    assert cache.encoded_spec(bound) == cache.encoded_spec(read) == cache.encoded_pod(read)
+    assert cache.encoded_spec(dataclasses.replace(bound, priority=5)) is None  # a spec changed
 
     _apply(cache, records.pod_record(_pod("c")))  # a third pod: the two kept are let go
     assert cache.encoded_pod(mine) is None and cache.encoded_pod(cache.pods["uid-c"]) is not None

@@ -398,18 +398,16 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         return v
 
     def _encode_for_shards(self, pod: Pod) -> bytes:
-        """A pod for the shards' feeds: as its record encoded it when this copy was read from
-        one, an assumed one's message (kept for its binding), else encoded here."""
-        data = self.cache.encoded_pod(pod)
+        """A pod for the shards' feeds, whose plugins read no binding and no status: as a record
+        of it encoded it when it was read from one, an assumed one's message (kept for its
+        binding), else encoded here."""
+        data = self.cache.encoded_spec(pod)
         if data is not None:
             return data
         with self._assumed_lock:
             a = self.assumed.get(pod.uid)
         if a is not None and (a.pod is pod or same_but_status(a.pod, pod)):  # (the assumed copy: bound)
-            # The pending pod's record as it came (a shard reads no binding, no status), else
-            # the message kept for its binding.
-            data = self.cache.encoded_pod(a.pod)
-            return data if data is not None else self._pod_message(a).SerializeToString()
+            return self._pod_message(a).SerializeToString()
         return convert.pod_to_proto(pod).SerializeToString()
 
     def _add_nominated(self, v: spb.ClusterView) -> None:
