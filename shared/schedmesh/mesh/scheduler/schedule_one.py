@@ -179,15 +179,17 @@ class ScheduleOne:
         return self._batch_prep.submit(self.evaluator.prepare_batch, self.algo, items, self.cache.lock,
                                        lambda: self.cache.snapshot, self.queue, parents, start)
 
-    @staticmethod
-    def _prepared_batch(prepared):
+    def _prepared_batch(self, prepared):
         if prepared is None:
             return None
+        t0 = time.perf_counter()
         try:
             return prepared.result()
         except Exception:
             log.exception("preparing a shard batch failed; its pods ask the shards one by one")
             return None
+        finally:
+            self.batch_wait_seconds += time.perf_counter() - t0  # the loop idle, waiting for the shards
 
     def _batchable(self, qpi: QueuedPodInfo) -> bool:
         """Whether the pod may join a run (asked at its pop, its run's preparation and before the
@@ -258,11 +260,11 @@ class ScheduleOne:
             if self.attempts % 100 == 0:
                 ev = self.evaluator
                 log.info("%d attempts, mean attempt %.1f ms (filter %.1f ms, score %.1f ms; shard batches %.1f ms "
-                         "per pod, %d batches of %.1f pods); %s",
+                         "per pod, waited for %.1f ms in all, %d batches of %.1f pods); %s",
                          self.attempts, 1000 * self.cycle_seconds / self.attempts,
                          1000 * ev.filter_seconds / self.attempts, 1000 * ev.score_seconds / self.attempts,
-                         1000 * ev.batch_seconds / self.attempts, ev.batches, ev.batched_pods / max(ev.batches, 1),
-                         self.queue.pending_pods_summary())
+                         1000 * ev.batch_seconds / self.attempts, 1000 * self.batch_wait_seconds, ev.batches,
+                         ev.batched_pods / max(ev.batches, 1), self.queue.pending_pods_summary())
                 if ev.replicas.templates:
                     pods, rows = ev.replicas.answered
                     log.info("replica answers: %d templates, %d pods answered from them, %d rows evaluated again",

@@ -146,6 +146,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self.deciding = False  # the scheduling thread holds popped pods not yet decided
         self.attempts = 0
         self.cycle_seconds = 0.0
+        self.batch_wait_seconds = 0.0  # the loop waiting for a run's shard answers (the log)
         self._resource_version = 0
         self._started_ns = time.time_ns()
 
