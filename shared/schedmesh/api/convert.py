@@ -269,8 +269,9 @@ def _spec_key(raw: bytes) -> bytes:
 
 
 def pod_from_proto(m: pb.Pod, encoded: Optional[bytes] = None) -> Pod:
-    """`encoded`: m's serialization, when the caller has it (a deterministic one, as this makes
-    without it, meets the replicas' specs more often: map fields' order varies otherwise)."""
+    """`encoded`: m's serialization, when the caller has it. Any serialization gives the right
+    pod; a deterministic one (what this makes without it) meets a replica's spec more often, since
+    map fields may come in another order otherwise."""
     key = _spec_key(encoded if encoded is not None else m.SerializeToString(deterministic=True))
     spec = _POD_SPECS.get(key)
     if spec is None:
