@@ -270,6 +270,7 @@ class BatchUse:
     batchable: int = 0
     answered: int = 0  # pods whose Filter came from a batch
     local_rows: int = 0  # rows re-evaluated for nodes changed since the batch's view
+    logged_rows: int = 0  # the same, as the evaluator counts them for the queue-manager's log
 
 
 def runs(fw: Framework, pending: list[Pod], size: int) -> Iterator[list[Pod]]:
@@ -330,6 +331,8 @@ def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list
                 batch = following
             elif k + 1 < len(all_runs):
                 batch = prepare(k + 1, algo.next_start_node_index)
+        if use is not None:
+            use.logged_rows = evaluator.batch_local_rows
         return out
     finally:
         evaluator.close()
@@ -382,6 +385,7 @@ async def test_batches_decide_like_one_process(published: Published, shards: int
     assert got == want, f"{shards} shard(s) in batches decided differently; first difference at {first_difference(want, got)}"
     assert use.answered >= use.batchable // 2 > 0, use  # the batches did the work
     assert use.local_rows > 0, use  # and the assumed pods' nodes were re-evaluated
+    assert use.logged_rows == use.local_rows, use  # (what the queue-manager's log counts)
 
 
 @pytest.mark.timeout(300)
@@ -396,6 +400,7 @@ async def test_pipelined_batches_decide_like_one_process(published: Published, m
     assert got == want, f"pipelined batches decided differently; first difference at {first_difference(want, got)}"
     assert use.answered >= use.batchable // 2 > 0, use
     assert use.local_rows > 0, use
+    assert use.logged_rows == use.local_rows, use
 
 
 @pytest.mark.timeout(300)

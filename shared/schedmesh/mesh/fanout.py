@@ -76,8 +76,11 @@ class FanOutEvaluator(ReplicaEvaluator):
         self._pool = ThreadPoolExecutor(max_workers=2 * max(len(filter_targets), len(score_targets), 1),
                                         thread_name_prefix="fanout")
         self._batch: Optional[batching.ShardBatch] = None  # the run of pods being decided (mesh/batch.py)
-        # Where a batch's time goes (seconds, summed): the queue-manager's log shows it.
+        # Where a batch's time goes (seconds, summed), and how many rows its pods' cycles filtered
+        # or scored again here (nodes changed since the batch's view): the queue-manager's log
+        # shows both.
         self.batch_phases = dict.fromkeys(("view", "encode", "filter_rpc", "merge", "score_rpc"), 0.0)
+        self.batch_local_rows = 0
 
     def _encode_once(self, pod) -> bytes:
         return _once(self._encoded, pod.meta.uid, pod, self._encode, 8192)
@@ -223,6 +226,7 @@ class FanOutEvaluator(ReplicaEvaluator):
 
     def end_batch(self) -> None:
         if self._batch is not None:
+            self.batch_local_rows += self._batch.local_rows
             self._batch.close()
             self._batch = None
 

@@ -270,8 +270,9 @@ class ScheduleOne:
                     log.info("replica answers: %d templates, %d pods answered from them, %d rows evaluated again",
                              ev.replicas.templates, pods, rows)
                 if ev.batches:
-                    log.info("shard batches, ms per batch: %s", ", ".join(
-                        f"{k} {1000 * t / ev.batches:.1f}" for k, t in ev.batch_phases.items()))
+                    log.info("shard batches, ms per batch: %s; rows filtered or scored again here: %.1f per pod",
+                             ", ".join(f"{k} {1000 * t / ev.batches:.1f}" for k, t in ev.batch_phases.items()),
+                             ev.batch_local_rows / max(ev.batched_pods, 1))
         except Exception:
             with pod_context(qpi.pod):
                 log.exception("scheduling %s failed unexpectedly", qpi.key)
