@@ -57,7 +57,8 @@ golden: install
 
 # Throughput and latency through the running mesh; one JSON report (bench.json), an object per run.
 # scheduler_perf's workloads at their 5000Nodes sizes (schedmesh.bench.workloads), then the issue's
-# targets: SchedulingBasic at 5,000 pods (default mesh, then 2 filter + 2 score shards), steady
+# targets: SchedulingBasic at 5,000 pods with no shards and with 1, 2 and 4 filter + as many score
+# shards, alternated run by run (--alternate-shards: only runs made side by side compare), steady
 # 500 pods/s for latency, 15,000 nodes. Unschedulable's churn cost = 1 - its pods_per_second /
 # the first run's (SchedulingBasic, same sizes). 17 rows, about 33,000 measured pods. Each row is
 # the median of BENCH_REPEAT runs, each in a new mesh (the host's speed moves by a third between
@@ -75,10 +76,7 @@ BENCH_RUNS := \
   "--workload TopologySpreading" \
   "--workload PreferredTopologySpreading" \
   "--workload MixedSchedulingBasePod" \
-  "--workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 5000" \
-  "--workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 5000 --filter-workers 1 --score-workers 1" \
-  "--workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 5000 --filter-workers 2 --score-workers 2" \
-  "--workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 5000 --filter-workers 4 --score-workers 4" \
+  "--workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 5000 --alternate-shards 0,1,2,4" \
   "--workload SchedulingBasic --nodes 5000 --init-pods 1000 --pods 3000 --rate 500" \
   "--workload SchedulingBasic --nodes 15000 --init-pods 1000 --pods 5000" \
   "--workload Mixed --nodes 5000 --init-pods 1000 --pods 3000"

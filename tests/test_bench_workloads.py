@@ -22,8 +22,8 @@ import pytest
 from schedmesh.api.load import admit_all, load_files, load_text
 from schedmesh.api.to_json import node_to_json, pod_to_json
 from schedmesh.bench.cycle_bench import run as run_cycle_bench, schedule_in_process
-from schedmesh.bench.mesh_bench import (_pool_for, add_arguments, cpu_ms_per_pod, cpu_seconds, median_run, record_time,
-                                        submit_all)
+from schedmesh.bench.mesh_bench import (_pool_for, add_arguments, alternated, cpu_ms_per_pod, cpu_seconds, median_run,
+                                        record_time, round_orders, submit_all)
 from schedmesh.bench.workloads import SHAPES, WORKLOAD_NAMES, ZONE_LABEL, build, default_sizes
 from schedmesh.cli.explain import Explainer, fill_times, load_profiles
 from schedmesh.mesh.nodepool import load_pools
@@ -435,3 +435,33 @@ def test_apply_concurrency_below_one_is_refused_by_name(capsys):
         with pytest.raises(SystemExit):
             p.parse_args(["--apply-concurrency", bad])
         assert f"argument --apply-concurrency: {why}" in capsys.readouterr().err
+
+
+def test_alternated_shard_counts_run_side_by_side_in_rotating_order():
+    assert round_orders([0, 1, 2, 4], 5) == [[0, 1, 2, 4], [1, 2, 4, 0], [2, 4, 0, 1], [4, 0, 1, 2], [0, 1, 2, 4]]
+    assert round_orders([2, 4], 0) == [[2, 4]]  # at least one round
+    # The host slows down round by round: 2 + 2 is 10 % faster than 4 + 4 in every round.
+    speed = iter([1.0, 1.0, 0.8, 0.8, 0.6, 0.6])
+    calls = []
+
+    def run(n):
+        calls.append(n)
+        return _run((2000 if n == 2 else 1800) * next(speed), 100)
+
+    got = alternated([2, 4], 3, run)
+    assert calls == [2, 4, 4, 2, 2, 4]
+    two, four = got
+    assert [r["pods_per_second"] for r in two["runs"]] == [2000, 1600, 1200]  # in round order
+    assert [r["pods_per_second"] for r in four["runs"]] == [1800, 1440, 1080]
+    assert (two["pods_per_second"], four["pods_per_second"]) == (1600, 1440)
+    assert two["alternated_with"] == [4] and four["alternated_with"] == [2]
+    assert two["relative_to"] == {} and four["relative_to"] == {"2": [0.9, 0.9, 0.9]}
+
+
+def test_alternate_shards_is_a_list_of_different_counts():
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert p.parse_args(["--alternate-shards", "0,1,2,4"]).alternate_shards == [0, 1, 2, 4]
+    for bad in ("2", "1,1", "1,x", "-1,2"):
+        with pytest.raises(SystemExit):
+            p.parse_args(["--alternate-shards", bad])

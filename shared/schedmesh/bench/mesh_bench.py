@@ -66,6 +66,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=int, default=1,
                    help="measure this many times, each in a new mesh, and report the median run with every "
                         "run's figures (the host's speed moves between runs minutes apart)")
+    p.add_argument("--alternate-shards", type=_shard_counts, default=None, metavar="N,N,...",
+                   help="measure with each of these shard counts (N filter + N score workers), --repeat rounds "
+                        "of one run each, in an order rotated every round, and print one JSON object per count "
+                        "(its median run, and its throughput relative to each smaller count's in the same "
+                        "round): on a host whose speed moves, only runs made side by side compare")
+
+
+def _shard_counts(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: want shard counts separated by commas, e.g. 0,1,2,4") from None
+    if len(counts) < 2 or min(counts) < 0 or len(set(counts)) != len(counts):
+        raise argparse.ArgumentTypeError(f"{text!r}: want two or more different shard counts, none negative")
+    return counts
 
 
 def _at_least_one(text: str) -> int:
@@ -373,9 +388,39 @@ def median_run(results: list[dict]) -> dict:
                       "cpu_ms_per_pod_total": r["cpu_ms_per_pod"]["total"]} for r in results]}
 
 
+def round_orders(counts: list[int], rounds: int) -> list[list[int]]:
+    """The order of each round of an alternated comparison: `counts` rotated by one more each
+    round, so that no count always runs first (a mesh started just after another's ran on a
+    warmer or a busier host)."""
+    k = len(counts)
+    return [counts[i % k:] + counts[:i % k] for i in range(max(1, rounds))]
+
+
+def alternated(counts: list[int], rounds: int, run: Callable[[int], dict]) -> list[dict]:
+    """`run(n)` for each count in each round (round_orders), then one object per count, in the
+    order given: median_run of its runs (in round order) with `alternated_with` (the other
+    counts) and `relative_to`: for each smaller count, this count's throughput over that one's,
+    round by round."""
+    by_count: dict[int, list[dict]] = {n: [] for n in counts}
+    for order in round_orders(counts, rounds):
+        for n in order:
+            by_count[n].append(run(n))
+    out = []
+    for n in counts:
+        relative = {str(m): [round(a["pods_per_second"] / b["pods_per_second"], 3) if b["pods_per_second"] else None
+                             for a, b in zip(by_count[n], by_count[m])]
+                    for m in counts if m < n}
+        out.append({**median_run(by_count[n]), "alternated_with": [m for m in counts if m != n],
+                    "relative_to": relative})
+    return out
+
+
 def main(args: argparse.Namespace) -> int:
-    """Measure `--repeat` times (each run its own mesh) and print one JSON object (median_run);
-    non-zero when any run did not bind every pod it should."""
+    """Measure `--repeat` times (each run its own mesh) and print one JSON object (median_run),
+    or with --alternate-shards one per shard count (alternated); non-zero when any run did not
+    bind every pod it should."""
+    if args.alternate_shards:
+        return _main_alternated(args)
     results: list[dict] = []
     failed = False
     for i in range(max(1, args.repeat)):
@@ -385,6 +430,27 @@ def main(args: argparse.Namespace) -> int:
         failed = failed or not ok
         results.append(result)
     print(json.dumps(median_run(results)))
+    return 1 if failed else 0
+
+
+def _main_alternated(args: argparse.Namespace) -> int:
+    if args.filter_workers or args.score_workers or args.use_running:
+        log("bench: --alternate-shards starts its own meshes with each shard count: it takes no --filter-workers, "
+            "--score-workers or --use-running")
+        return 2
+    failed = False
+    done = [0]
+
+    def run(n: int) -> dict:
+        nonlocal failed
+        done[0] += 1
+        log(f"bench: run {done[0]} of {len(args.alternate_shards) * max(1, args.repeat)}: {n} + {n} shards")
+        ok, result = run_once(argparse.Namespace(**{**vars(args), "filter_workers": n, "score_workers": n}))
+        failed = failed or not ok
+        return result
+
+    for obj in alternated(args.alternate_shards, args.repeat, run):
+        print(json.dumps(obj))
     return 1 if failed else 0
 
 
