@@ -20,9 +20,9 @@ from typing import Iterator, Optional
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from schedmesh.ports import free_port
+from schedmesh.ports import PORT_RANGE_ENV, free_port
 
-__all__ = ["EXTERNAL_KAFKA", "ServiceProc", "free_port", "kafka", "mesh_stop_note",
+__all__ = ["EXTERNAL_KAFKA", "ServiceProc", "free_port", "kafka", "mesh_stop_note", "plain_env",
            "up_kafka_args"]  # free_port: the tests pick ports as the mesh does
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +32,16 @@ EXTERNAL_KAFKA = os.environ.get("SCHEDMESH_TEST_KAFKA", "") if os.environ.get("S
     "testcontainers", "tansu") else ""
 SKIP_EMBEDDED_BROKER_KILL = f"kills the mesh's embedded broker; SCHEDMESH_TEST_KAFKA={EXTERNAL_KAFKA} runs the " \
                             "mesh on a broker given with --kafka"
+
+
+def plain_env() -> dict[str, str]:
+    """This environment without the OTEL_* and SCHEDMESH_* variables (a test's processes take
+    their settings from the test), but with this pytest worker's port range (conftest.py): a mesh
+    started without it chose ports in another worker's range, and met that worker's mesh."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCHEDMESH_"))}
+    if PORT_RANGE_ENV in os.environ:
+        env[PORT_RANGE_ENV] = os.environ[PORT_RANGE_ENV]
+    return env
 
 
 @contextmanager

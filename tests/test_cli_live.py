@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.mesh_harness import plain_env
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -49,7 +50,7 @@ SCHEDULED = ("web-1", "web-2")
 
 def schedmesh(*args: str, cwd: Path, env: dict | None = None, input: str | None = None,
               timeout: float = 60) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCHEDMESH_"))}
+    base = plain_env()
     base["HOME"] = str(cwd)  # no user config file leaks in
     return subprocess.run([sys.executable, "-m", "schedmesh.cli.main", *args], cwd=cwd, env={**base, **(env or {})},
                           input=input, capture_output=True, text=True, timeout=timeout)
@@ -137,7 +138,7 @@ def test_get_pods_namespaces_selectors_and_names(mesh: Path) -> None:
 
 
 def test_watch_prints_changes_until_interrupted(mesh: Path) -> None:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCHEDMESH_"))}
+    base = plain_env()
     proc = subprocess.Popen([sys.executable, "-m", "schedmesh.cli.main", "get", "pods", "-n", "default", "-w"],
                             cwd=mesh, env={**base, "HOME": str(mesh)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)

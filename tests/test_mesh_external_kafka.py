@@ -26,7 +26,7 @@ from schedmesh.mesh.records import PodTopicFold
 from schedmesh.security.local import mesh_channel
 from schedmesh.v1 import queue_pb2, queue_pb2_grpc
 
-from tests.mesh_harness import alive, children, free_port, kafka
+from tests.mesh_harness import alive, children, free_port, kafka, plain_env
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to find processes")
 
@@ -50,7 +50,7 @@ spec:
 
 
 def _env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCHEDMESH_"))}
+    env = plain_env()
     return {**env, **extra}
 
 

@@ -5,7 +5,6 @@ Scheduler API refuses a missing or wrong token; plaintext is refused off loopbac
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -25,11 +24,11 @@ from schedmesh.v1 import binder_pb2, binder_pb2_grpc, queue_pb2, queue_pb2_grpc
 from schedmesh.v1 import scheduling_pb2 as spb
 from schedmesh.v1 import scheduling_pb2_grpc as sgrpc
 
-from tests.mesh_harness import EXTERNAL_KAFKA, up_kafka_args
+from tests.mesh_harness import EXTERNAL_KAFKA, plain_env, up_kafka_args
 
 
 def schedmesh(*args: str, cwd: Path, timeout: float = 150) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCHEDMESH_"))}
+    env = plain_env()
     return subprocess.run([sys.executable, "-m", "schedmesh.cli.main", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -230,7 +229,7 @@ def test_plaintext_only_on_loopback(monkeypatch) -> None:
 
 def test_container_health_check_uses_the_container_certificate(mesh) -> None:
     base, _ = mesh
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCHEDMESH_"))}
+    env = plain_env()
     check = [sys.executable, "-m", "schedmesh.security.healthcheck", target(base, "binder")]
     ok = subprocess.run(check, env={**env, **files(pki(base), ids.BINDER).env()}, capture_output=True, text=True,
                         timeout=30)

@@ -13,6 +13,7 @@ import threading
 from typing import Optional
 
 _LOWEST = 20000
+PORT_RANGE_ENV = "SCHEDMESH_PORT_RANGE"
 
 
 def _ephemeral_start() -> int:
@@ -40,7 +41,7 @@ def port_range() -> tuple[int, int]:
     """The ports free_port hands out: SCHEDMESH_PORT_RANGE ("LOW-HIGH", inclusive) when set (so
     meshes started side by side, such as the test suite's workers, can be given ranges that never
     meet), else from 20000 up to the kernel's ephemeral range."""
-    spec = os.environ.get("SCHEDMESH_PORT_RANGE", "").strip()
+    spec = os.environ.get(PORT_RANGE_ENV, "").strip()
     if not spec:
         return _LOWEST, _ephemeral_start() - 1
     try:

@@ -19,6 +19,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from schedmesh.mesh.watchdog import ENV, WATCHDOG_EXIT_CODE, LoopWatchdog, seconds_from_env
+from schedmesh.ports import PORT_RANGE_ENV
 
 LIMIT = 2  # SCHEDMESH_WATCHDOG_SECONDS for the child
 
@@ -56,7 +57,8 @@ class Child:
     """The child service with its output (stdout and stderr) read as it comes, each line timed."""
 
     def __init__(self, script: Path, mode: str) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SCHEDMESH_", "OTEL_"))}
+        # (this pytest worker's port range kept: conftest.py)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SCHEDMESH_", "OTEL_")) or k == PORT_RANGE_ENV}
         env.update({ENV: str(LIMIT), "SCHEDMESH_METRICS_PORT": "-1", "OTEL_SDK_DISABLED": "true",
                     "SCHEDMESH_LOG_LEVEL": "INFO"})
         self.proc = subprocess.Popen([sys.executable, str(script), mode], env=env, stdout=subprocess.PIPE,
