@@ -38,10 +38,7 @@ def plain_env() -> dict[str, str]:
     """This environment without the OTEL_* and SCHEDMESH_* variables (a test's processes take
     their settings from the test), but with this pytest worker's port range (conftest.py): a mesh
     started without it chose ports in another worker's range, and met that worker's mesh."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCHEDMESH_"))}
-    if PORT_RANGE_ENV in os.environ:
-        env[PORT_RANGE_ENV] = os.environ[PORT_RANGE_ENV]
-    return env
+    return {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SCHEDMESH_")) or k == PORT_RANGE_ENV}
 
 
 @contextmanager

@@ -50,8 +50,7 @@ spec:
 
 
 def _env(**extra: str) -> dict:
-    env = plain_env()
-    return {**env, **extra}
+    return {**plain_env(), **extra}
 
 
 def schedmesh(*args: str, cwd: Path, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -438,13 +438,12 @@ def _main_alternated(args: argparse.Namespace) -> int:
         log("bench: --alternate-shards starts its own meshes with each shard count: it takes no --filter-workers, "
             "--score-workers or --use-running")
         return 2
-    failed = False
-    done = [0]
+    failed, done, total = False, 0, len(args.alternate_shards) * max(1, args.repeat)
 
     def run(n: int) -> dict:
-        nonlocal failed
-        done[0] += 1
-        log(f"bench: run {done[0]} of {len(args.alternate_shards) * max(1, args.repeat)}: {n} + {n} shards")
+        nonlocal failed, done
+        done += 1
+        log(f"bench: run {done} of {total}: {n} + {n} shards")
         ok, result = run_once(argparse.Namespace(**{**vars(args), "filter_workers": n, "score_workers": n}))
         failed = failed or not ok
         return result
