@@ -7,6 +7,7 @@ round-robin, nodes in each zone in the order they were added.
 """
 from __future__ import annotations
 
+import threading
 import zlib
 from typing import Iterable, Mapping, Optional
 
@@ -26,6 +27,11 @@ def zone_key(node: Node) -> str:
     zone = labels.get(ZONE_LABELS[0], labels.get(ZONE_LABELS[1], ""))
     region = labels.get(REGION_LABELS[0], labels.get(REGION_LABELS[1], ""))
     return "" if not region and not zone else f"{region}:\x00:{zone}"
+
+
+#: Guards adding and removing change watchers (Snapshot.watch_changes / unwatch); changes are
+#: recorded without it, over the tuple as it stands.
+_WATCHERS_LOCK = threading.Lock()
 
 
 class LabelColumn:
@@ -339,11 +345,16 @@ class Snapshot:
                       ignore_affinity: bool = False) -> SnapshotChanges:
         """Start recording changes (until `unwatch`)."""
         w = SnapshotChanges(ignore_status_updates, by_name, ignore_affinity)
-        self._watchers = self._watchers + (w,)
+        with _WATCHERS_LOCK:
+            self._watchers = self._watchers + (w,)
         return w
 
     def unwatch(self, w: SnapshotChanges) -> None:
-        self._watchers = tuple(x for x in self._watchers if x is not w)
+        # Under a lock of its own: a batch ends on the scheduling thread (or a feed resets on a
+        # fan-out thread) without the cache lock while another batch starts watching under it;
+        # two copies of the tuple made at once would lose one of them.
+        with _WATCHERS_LOCK:
+            self._watchers = tuple(x for x in self._watchers if x is not w)
 
     def set_namespace_labels(self, namespace: str, labels: Optional[Mapping[str, str]]) -> None:
         """A namespace's labels (None: the namespace is gone)."""

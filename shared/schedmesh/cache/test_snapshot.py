@@ -72,3 +72,31 @@ def test_a_status_update_does_not_dirty_watchers_that_ignore_them_but_a_resize_d
     assert not w.rows
     snap.add_pod(evolve(old, containers=[Container("c", requests={"cpu": 1})]))
     assert w.rows == {snap.get("n1").index}
+
+
+def test_watchers_added_and_removed_from_two_threads_at_once_are_none_lost():
+    """A batch ends (unwatch) on the scheduling thread while the next one starts watching on
+    another: neither may drop the other's watcher (its change log would go silent)."""
+    import sys
+    import threading
+
+    snap = _cluster()
+    kept: list = []
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+    try:
+        def churn(keep_every: int) -> None:
+            for i in range(3000):
+                w = snap.watch_changes()
+                if i % keep_every:
+                    snap.unwatch(w)
+                else:
+                    kept.append(w)
+        threads = [threading.Thread(target=churn, args=(k,)) for k in (7, 11)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert set(map(id, snap._watchers)) == set(map(id, kept))
