@@ -126,6 +126,11 @@ class ShardBatch:
         no change falls between the two."""
         by_first: dict[int, TemplateAnswers] = {}
         with lock:
+            if self.changes.beyond_rows or self.snapshot.cols is not self.cols:
+                # A node added or removed since the view (the rows renumbered): no pod is answered
+                # from this batch (_answers), and its rows would not index the snapshot's.
+                self.answers.clear()
+                return
             changed = self._changed_rows()
             for i, (fw, pod) in enumerate(items):
                 a = self.answers.get(pod.meta.uid)
@@ -135,12 +140,11 @@ class ShardBatch:
                 if j not in by_first:
                     t = TemplateAnswers(pod, fw, self.snapshot, self.snapshot.watch_changes(ignore_status_updates=True),
                                         self.nominated, a.status.copy(), list(a.statuses))
-                    t.changes.beyond_rows = self.changes.beyond_rows
+                    self.templates.append(t)  # (closed with the batch, whatever happens next)
                     if a.raw is not None:
                         t.take_scores(a.window, a.raw)
                     t.changed(changed)
                     by_first[j] = t
-                    self.templates.append(t)
                 a.template = by_first[j]
 
     def _answers(self, pod, fw: Framework, snapshot: Snapshot, nominator: Optional[Nominator]) -> Optional[PodAnswers]:

@@ -211,12 +211,15 @@ class FanOutEvaluator(ReplicaEvaluator):
                 batching.score_answers(batch, asked_items, windows, responses)
                 batching.share_answers(batch, items, first, scores=True)
                 clock["merge"] += time.perf_counter() - t5
+            batch.seal(items, first, lock)
         except PluginError as e:
             batching.log.warning("batch of %d pods not evaluated on the shards (%s); asking pod by pod",
                                  len(items), e)
             batch.close()
             return None
-        batch.seal(items, first, lock)
+        except BaseException:
+            batch.close()  # its change logs stop being kept (the loop asks pod by pod)
+            raise
         return batch
 
     def use_batch(self, batch: Optional[batching.ShardBatch]) -> None:

@@ -192,6 +192,33 @@ def test_a_change_beyond_single_nodes_ends_the_batch() -> None:
     assert len(batch.changes.rows) == 2  # no longer watching
 
 
+def test_a_node_removed_before_the_batch_is_sealed_ends_it_and_leaves_no_change_log() -> None:
+    """The cache follower removes a node while the shards answer (the rows renumbered): sealing
+    builds nothing on the old rows (it raised IndexError, and the batch's change logs were never
+    closed), no pod is answered from it, and closing it stops every change log it started."""
+    nodes, init, pods = scheduling_basic(20, 0, 3)
+    snapshot = Snapshot(nodes, init)
+    fw = _framework(snapshot)
+    watching = len(snapshot._watchers)
+    batch = _answered_batch(snapshot, fw, pods, seal=False)
+    items = [(fw, p) for p in pods]
+    rows = snapshot.all_indices()
+    first = batch.answers[pods[0].meta.uid]
+    state = CycleState()
+    fw.run_pre_filter(state, pods[0], snapshot)
+    fw.run_pre_score(state, pods[0], snapshot, rows)
+    first.window, first.raw = rows, fw.run_raw_score(state, pods[0], snapshot, rows)
+    snapshot.remove_node(nodes[-1].meta.name)
+    batch.seal(items, B.templates_of(items), threading.RLock())
+    ordered = snapshot.all_indices()
+    state = CycleState()
+    fw.run_pre_filter(state, pods[0], snapshot)
+    assert batch.filter(SchedulingAlgorithm(), fw, state, pods[0], snapshot, ordered, len(ordered), Diagnosis(),
+                        None) is None
+    batch.close()
+    assert len(snapshot._watchers) == watching
+
+
 def test_a_pod_a_service_selects_after_the_batch_was_prepared_is_not_answered_from_it() -> None:
     """Batchability is decided when a run is prepared; a Service applied before a pod's cycle
     gives it default spreading, which reads other nodes: the cycle evaluates it alone."""

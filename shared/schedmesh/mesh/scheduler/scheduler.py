@@ -308,7 +308,8 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                 recs += [records.daemon_set_record(d) for d in self.cache.daemon_sets.values()]
                 recs += [records.limit_range_record(r) for r in self.cache.limit_ranges.values()]
                 nodes = []
-                for name, node in self.applied_nodes.items():
+                # a copy: Apply and Delete change applied_nodes on the event loop meanwhile
+                for name, node in list(self.applied_nodes.items()):
                     ni = self.cache.snapshot.get(name)
                     nodes.append(ni.node if ni is not None and ni.node is not None else node)
                 recs += records.node_batch_records(nodes, source=self.cfg.client_id)
