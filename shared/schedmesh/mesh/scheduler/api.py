@@ -3,6 +3,7 @@ the queue-manager, which plays the API server's part for the objects users apply
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -119,10 +120,21 @@ class ApplyPlan:
             self.lines.append(f"{kind}/{name} unchanged")
 
 
+def _a_write(handler):
+    """An RPC that publishes what the API owns: it waits while a broker-restart re-publication
+    runs, which waits for it (WriteGate)."""
+    @functools.wraps(handler)
+    async def gated(self, request, context):
+        async with self.qm.writes.write():
+            return await handler(self, request, context)
+    return gated
+
+
 class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
     def __init__(self, qm: QueueManager) -> None:
         self.qm = qm
 
+    @_a_write
     async def Apply(self, request, context):
         """kubectl apply: each object is created, configured (changed) or unchanged. An existing
         pod keeps its binding and status; a change the API server forbids (most of a pod's spec)
@@ -370,6 +382,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             pod = qm.cache.pods.get(pod.uid, pod)
         return qm.cache.pods.get(pod.uid)
 
+    @_a_write
     async def Delete(self, request, context):
         qm = self.qm
         kind, ns, name = request.kind.lower(), request.namespace or "default", request.name

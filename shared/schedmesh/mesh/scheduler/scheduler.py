@@ -53,7 +53,7 @@ from schedmesh.mesh.scheduler.admission import Admission
 from schedmesh.mesh.scheduler.binding_cycle import BindingCycle, BindingQueue
 from schedmesh.mesh.scheduler.eventhandlers import EventHandlers
 from schedmesh.mesh.scheduler.schedule_one import ScheduleOne, TracedEvaluator, trace_method
-from schedmesh.mesh.scheduler.state import BOUND, IN_FLIGHT, AssumedPod, PodNotes, QueueManagerConfig
+from schedmesh.mesh.scheduler.state import BOUND, IN_FLIGHT, AssumedPod, PodNotes, QueueManagerConfig, WriteGate
 
 log = logging.getLogger("schedmesh.queue_manager")
 tracer = trace.get_tracer("schedmesh.queue_manager")
@@ -119,6 +119,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self._deleted_notes: collections.deque[str] = collections.deque()  # uids of deleted pods with notes, oldest first
         self._notes_lock = threading.Lock()
         self.applied_nodes: dict[str, Node] = {}
+        self.writes = WriteGate()  # Apply and Delete against the broker-restart re-publication
         # What was applied, kept on disk across down/up when the broker keeps nothing (local mesh).
         self.store: Optional[AppliedStore] = AppliedStore.from_env()
         if self.store is not None:
@@ -308,8 +309,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                 recs += [records.daemon_set_record(d) for d in self.cache.daemon_sets.values()]
                 recs += [records.limit_range_record(r) for r in self.cache.limit_ranges.values()]
                 nodes = []
-                # a copy: Apply and Delete change applied_nodes on the event loop meanwhile
-                for name, node in list(self.applied_nodes.items()):
+                for name, node in self.applied_nodes.items():  # (Apply and Delete wait: WriteGate)
                     ni = self.cache.snapshot.get(name)
                     nodes.append(ni.node if ni is not None and ni.node is not None else node)
                 recs += records.node_batch_records(nodes, source=self.cfg.client_id)
@@ -324,15 +324,17 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                                               self.cfg.client_id)
             return recs
         # No attempt runs from the snapshot to its publication: a pod published unbound must not
-        # be bound (and its binding published) in between, or the stale copy would land last.
-        await asyncio.to_thread(self._cycle_gate.acquire)
-        try:
-            await self._read_what_was_published()
-            recs = await asyncio.to_thread(build)
-            log.warning("broker restarted: re-publishing %d records", len(recs))
-            await records.publish(self.producer, recs)
-        finally:
-            self._cycle_gate.release()
+        # be bound (and its binding published) in between, or the stale copy would land last. No
+        # Apply or Delete either, for the same reason (WriteGate).
+        async with self.writes.alone():
+            await asyncio.to_thread(self._cycle_gate.acquire)
+            try:
+                await self._read_what_was_published()
+                recs = await asyncio.to_thread(build)
+                log.warning("broker restarted: re-publishing %d records", len(recs))
+                await records.publish(self.producer, recs)
+            finally:
+                self._cycle_gate.release()
 
     async def _read_what_was_published(self, timeout: float = 10.0) -> None:
         """Before the re-publication's snapshot: the cache has noticed the restart and read the new

@@ -2,8 +2,10 @@
 binder and the notes shown by `get`/`describe` (last FailedScheduling message, trace id, events)."""
 from __future__ import annotations
 
+import asyncio
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, AsyncIterator, Optional, Sequence
 
 
 from schedmesh.api.types import Pod
@@ -71,6 +73,41 @@ class QueueManagerConfig:
         self.pod_initial_backoff_seconds = float(sc.pod_initial_backoff_seconds)
         self.pod_max_backoff_seconds = float(sc.pod_max_backoff_seconds)
         self.extenders = sc.build_extenders()
+
+
+class WriteGate:
+    """The API's writes (Apply, Delete) run together; the broker-restart re-publication runs
+    alone: it waits for the writes in flight and holds new ones until it has published. A write
+    published meanwhile could otherwise be overtaken by the re-publication's older copy (a node
+    deleted during it published again after its tombstone). On the event loop only."""
+
+    def __init__(self) -> None:
+        self._writes = 0
+        self._open = asyncio.Event()
+        self._open.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[None]:
+        await self._open.wait()
+        self._writes += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._writes -= 1
+            if not self._writes:
+                self._idle.set()
+
+    @asynccontextmanager
+    async def alone(self) -> AsyncIterator[None]:
+        self._open.clear()
+        try:
+            await self._idle.wait()
+            yield
+        finally:
+            self._open.set()
 
 
 def trace_id_of(span) -> str:

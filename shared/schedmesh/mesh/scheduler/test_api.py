@@ -21,6 +21,7 @@ from schedmesh.bus.topics import PODS
 from schedmesh.mesh import records
 from schedmesh.mesh.cluster_cache import ClusterCache
 from schedmesh.mesh.scheduler import admission, api
+from schedmesh.mesh.scheduler.state import WriteGate
 from schedmesh.v1 import events_pb2, queue_pb2
 
 
@@ -49,7 +50,7 @@ def servicer(strict_names: bool = False, worker_min_chars: int = admission.WORKE
                          cache=ClusterCache(), producer=Producer(), applied_nodes={}, store=None,
                          admission=admission.Admission(worker_min_chars),
                          next_resource_version=lambda: f"qm-test-{next(versions)}",
-                         queue_name=lambda pod, pending: "")
+                         queue_name=lambda pod, pending: "", writes=WriteGate())
     return api.SchedulerServicer(qm)  # type: ignore[arg-type]
 
 
@@ -637,3 +638,55 @@ def test_get_events_keeps_a_deleted_pods_events() -> None:
         ("default/web-0", "Scheduled"), ("team/db-0", "Scheduled"), ("default/web-0", "TaintManagerEviction")]
     listed = asyncio.run(s.ListEvents(queue_pb2.EventsRequest(namespace="team"), Context())).events
     assert [e.pod for e in listed] == ["team/db-0"]
+
+
+def test_writes_run_together_and_a_re_publication_alone() -> None:
+    """The broker-restart re-publication waits for the Applies and Deletes in flight, and holds
+    the ones that come meanwhile until it has published (WriteGate)."""
+    async def scenario() -> list[str]:
+        gate, order = WriteGate(), []
+        first_in, release_first = asyncio.Event(), asyncio.Event()
+
+        async def write(name: str, hold: asyncio.Event | None = None) -> None:
+            async with gate.write():
+                order.append(f"{name} in")
+                if hold is not None:
+                    first_in.set()
+                    await hold.wait()
+                order.append(f"{name} out")
+
+        async def republish() -> None:
+            async with gate.alone():
+                order.append("republish in")
+                await asyncio.sleep(0.01)
+                order.append("republish out")
+        first = asyncio.create_task(write("a", release_first))
+        await first_in.wait()
+        both = asyncio.create_task(write("b"))  # a second write runs beside the first
+        await both
+        again = asyncio.create_task(republish())
+        await asyncio.sleep(0.01)
+        late = asyncio.create_task(write("c"))  # comes while the re-publication waits: after it
+        await asyncio.sleep(0.01)
+        order.append("a released")
+        release_first.set()
+        await asyncio.gather(first, again, late)
+        return order
+    assert asyncio.run(scenario()) == ["a in", "b in", "b out", "a released", "a out", "republish in",
+                                       "republish out", "c in", "c out"]
+
+
+def test_an_apply_during_a_re_publication_is_published_after_it() -> None:
+    s = servicer()
+
+    async def scenario() -> tuple[int, int]:
+        async with s.qm.writes.alone():
+            manifest = SHOP_POD.format(name="web", resources="")
+            applying = asyncio.create_task(s.Apply(queue_pb2.ApplyRequest(manifest=manifest, source="m.yaml"),
+                                                   Context()))
+            await asyncio.sleep(0.05)
+            during = len(s.qm.producer.sent)
+        await applying
+        return during, len(s.qm.producer.sent)
+    during, after = asyncio.run(scenario())
+    assert during == 0 and after > 0
