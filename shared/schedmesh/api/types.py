@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import copyreg
 import dataclasses
+import operator
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Optional
+from typing import Callable, Optional
 
 from schedmesh.api.labels import LabelSelector
 
@@ -476,27 +477,27 @@ _POD_FIELDS = tuple(f.name for f in dataclasses.fields(Pod) if f.name != "meta")
 _META_FIELDS = tuple(f.name for f in dataclasses.fields(ObjectMeta))
 
 
-def _equal_but(a: Pod, b: Pod, pod_fields: tuple[str, ...], meta_fields: tuple[str, ...]) -> bool:
-    # Copies made by evolve() share their unchanged fields: `is` settles most of them.
-    for f in pod_fields:
-        x, y = getattr(a, f), getattr(b, f)
-        if x is not y and x != y:
-            return False
+def _fields_getter(fields: tuple[str, ...]) -> Callable[[object], tuple]:
+    """The fields' values as one tuple, read in C (a tuple always, even of one field)."""
+    get = operator.attrgetter(*fields)
+    return get if len(fields) > 1 else (lambda obj: (get(obj),))
+
+
+def _equal_but(a: Pod, b: Pod, pod_fields: Callable[[object], tuple], meta_fields: Callable[[object], tuple]) -> bool:
+    # Tuples compare their items `is` first, then `==`: copies made by evolve() share their
+    # unchanged fields, so identity settles most of them (a field at a time in Python was 3.4 us
+    # a replica in a shard run's templates_of).
+    if pod_fields(a) != pod_fields(b):
+        return False
     am, bm = a.meta, b.meta
-    if am is bm:
-        return True
-    for f in meta_fields:
-        x, y = getattr(am, f), getattr(bm, f)
-        if x is not y and x != y:
-            return False
-    return True
+    return am is bm or meta_fields(am) == meta_fields(bm)
 
 
-_TEMPLATE_POD_FIELDS = _POD_FIELDS
-_TEMPLATE_META_FIELDS = tuple(f for f in _META_FIELDS if f not in ("name", "uid", "resource_version",
-                                                                    "creation_timestamp"))
-_SPEC_POD_FIELDS = tuple(f for f in _POD_FIELDS if f not in POD_BINDING_AND_STATUS)
-_SPEC_META_FIELDS = tuple(f for f in _META_FIELDS if f != "resource_version")
+_TEMPLATE_POD_FIELDS = _fields_getter(_POD_FIELDS)
+_TEMPLATE_META_FIELDS = _fields_getter(tuple(f for f in _META_FIELDS if f not in ("name", "uid", "resource_version",
+                                                                                   "creation_timestamp")))
+_SPEC_POD_FIELDS = _fields_getter(tuple(f for f in _POD_FIELDS if f not in POD_BINDING_AND_STATUS))
+_SPEC_META_FIELDS = _fields_getter(tuple(f for f in _META_FIELDS if f != "resource_version"))
 
 
 def same_template(a: Pod, b: Pod) -> bool:

@@ -9,8 +9,8 @@ from fractions import Fraction
 import pytest
 
 from schedmesh.api.labels import LabelSelector
-from schedmesh.api.types import (Affinity, PodAffinity, PodAffinityTerm, Taint, WeightedPodAffinityTerm,
-                                 same_but_status, same_template)
+from schedmesh.api.types import (POD_BINDING_AND_STATUS, Affinity, ObjectMeta, Pod, PodAffinity, PodAffinityTerm,
+                                 Taint, WeightedPodAffinityTerm, same_but_status, same_template)
 from schedmesh.bench.workloads import build, make_pod
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import CycleState
@@ -313,3 +313,20 @@ def test_pods_whose_terms_select_the_replicas_change_their_scores_beyond_their_r
     assert [i for i, (a, b) in enumerate(zip(alone, kept)) if a != b] == []
     assert ev.replicas.templates >= 2  # kept before and after each change
     assert any("InterPodAffinity" in o[0][4] for o in alone[31:70] if o[0] != "unschedulable")
+
+
+def test_every_field_but_identity_tells_replicas_apart_and_every_field_but_status_tells_copies() -> None:
+    """Field by field: a replica differs from its template in its name, uid, resource version and
+    creation time only; a copy of a pod in its binding, status and resource version only."""
+    pod = make_pod("a")
+    identity = {"name", "uid", "resource_version", "creation_timestamp"}
+    for f in dataclasses.fields(Pod):
+        if f.name == "meta":
+            continue
+        other = dataclasses.replace(pod, **{f.name: object()})
+        assert not same_template(pod, other), f.name
+        assert same_but_status(pod, other) == (f.name in POD_BINDING_AND_STATUS), f.name
+    for f in dataclasses.fields(ObjectMeta):
+        other = dataclasses.replace(pod, meta=dataclasses.replace(pod.meta, **{f.name: object()}))
+        assert same_template(pod, other) == (f.name in identity), f.name
+        assert same_but_status(pod, other) == (f.name == "resource_version"), f.name
