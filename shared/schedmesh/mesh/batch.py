@@ -128,8 +128,9 @@ class ShardBatch:
         by_first: dict[int, TemplateAnswers] = {}
         with lock:
             if self.changes.beyond_rows or self.snapshot.cols is not self.cols:
-                # A node added or removed since the view (the rows renumbered): no pod is answered
-                # from this batch (_answers), and its rows would not index the snapshot's.
+                # A change beyond single rows since the view, or nodes changed (the columns rebuilt,
+                # rows renumbered when one was added or removed): no pod is answered from this
+                # batch (_answers), and its rows may not index the snapshot's.
                 self.answers.clear()
                 return
             changed = self._changed_rows()
