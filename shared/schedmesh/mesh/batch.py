@@ -273,18 +273,18 @@ def expected_windows(batch: ShardBatch, algo: SchedulingAlgorithm, items: Sequen
     expected after the last pod is left in `batch.next_start`."""
     n_all = batch.cols.n
     out = []
-    # id(answers array) -> its walk, and the profile and numFeasibleNodesToFind it was walked
-    # with (the same for a template's replicas); the arrays live in batch.answers
-    walks: dict[int, tuple[_Walk, Framework, int]] = {}
+    # id(answers array) -> its walk and numFeasibleNodesToFind (an array is shared by replicas of
+    # one template, of one profile: templates_of); the arrays live in batch.answers
+    walks: dict[int, tuple[_Walk, int]] = {}
     for i, (fw, pod) in enumerate(items):
         a = batch.answers.get(pod.meta.uid)
         if a is None or not a.usable or n_all == 0:
             continue  # a PreFilter rejection does not move the start index
         got = walks.get(id(a.status))
-        if got is None or got[1] is not fw:
+        if got is None:
             walk = _Walk(a.status)
-            got = walks[id(a.status)] = (walk, fw, algo.nodes_to_find(fw, len(walk.rows)) if len(walk.rows) else 0)
-        walk, _, to_find = got
+            got = walks[id(a.status)] = (walk, algo.nodes_to_find(fw, len(walk.rows)) if len(walk.rows) else 0)
+        walk, to_find = got
         if len(walk.rows) == 0:
             continue
         processed, window = walk.from_start(start % len(walk.rows), to_find)
