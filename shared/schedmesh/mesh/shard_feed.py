@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from operator import is_
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
@@ -58,7 +59,8 @@ class ShardFeed:
         self._snapshot: Optional[Snapshot] = None
         self._changes: Optional[SnapshotChanges] = None
         self._sent: dict[str, Pod] = {}  # uid -> the copy of the pod the shard was sent
-        self._rows: dict[str, list[str]] = {}  # node -> the uids the shard was told are on it
+        # node -> the pods the shard was told are on it (the objects, to know them again), their uids
+        self._rows: dict[str, tuple[list[Pod], list[str]]] = {}
         self._lock = threading.Lock()
 
     def reset(self) -> None:
@@ -120,14 +122,21 @@ class ShardFeed:
                     continue
                 if count and shard_of(name, count) != index:
                     infos = ni.pods_with_affinity  # all this shard reads of another shard's node
-                    if ([pi.pod.meta.uid for pi in infos] == self._rows.get(name, [])
-                            and all(self._sent.get(pi.pod.meta.uid) is pi.pod for pi in infos)):
-                        continue  # nothing this shard reads changed there
                 else:
                     infos = ni.pods
-                uids = []
-                for pi in infos:
-                    pod = pi.pod
+                pods = [pi.pod for pi in infos]
+                before = self._rows.get(name)
+                if before is not None and len(pods) >= len(before[0]) and all(map(is_, pods, before[0])):
+                    # The pods sent before are still there, the same objects, in the same
+                    # order: only those after them can be new (the common case, pods bound
+                    # since; a node's pods are not walked one by one for each pod bound there).
+                    kept = len(before[0])
+                    if len(pods) == kept:
+                        continue  # nothing this shard reads changed there
+                    uids = before[1].copy()
+                else:
+                    kept, uids = 0, []
+                for pod in pods[kept:] if kept else pods:
                     uid = pod.meta.uid
                     uids.append(uid)
                     sent = self._sent.get(uid)
@@ -136,11 +145,9 @@ class ShardFeed:
                             out.pods.append(self.encode(pod))
                         self._sent[uid] = pod
                 out.rows.add(node=name, uids=uids)
-                before = self._rows.get(name)
-                self._rows[name] = uids
-                if before:
-                    gone = set(before).difference(uids)
-                    for uid in gone:
+                self._rows[name] = (pods, uids)
+                if not kept and before is not None:
+                    for uid in set(before[1]).difference(uids):
                         if snapshot.node_of(uid) is None:
                             self._sent.pop(uid, None)
             self.generation += 1
@@ -219,22 +226,28 @@ class FedCluster:
             pod = convert.pod_from_proto(pb.Pod.FromString(b), b)  # (its spec memo keyed by these bytes)
             sent[pod.meta.uid] = pod
         left: list[str] = []
+        node_of = snap.node_of
         for row in feed.rows:
-            ni = snap.get(row.node)
-            uids = set(row.uids)
-            if ni is not None:
+            node, uids = row.node, list(row.uids)
+            ni = snap.get(node)
+            here = [pi.pod.meta.uid for pi in ni.pods] if ni is not None else []
+            kept = len(here)
+            if uids[:kept] != here:
+                # Not only pods added after those here (the common case: pods bound since):
+                # take out those that left, then check every uid of the row.
+                stay = set(uids)
                 for pi in list(ni.pods):
-                    uid = pi.pod.meta.uid
-                    if uid not in uids:
+                    if pi.pod.meta.uid not in stay:
                         snap.remove_pod(pi.pod)
-                        left.append(uid)
-            for uid in row.uids:
+                        left.append(pi.pod.meta.uid)
+                kept = 0
+            for i, uid in enumerate(uids):
                 pod = sent.get(uid)
                 if pod is not None:
                     self._pods[uid] = pod
-                    snap.add_pod(pod, row.node)
-                elif snap.node_of(uid) != row.node:
-                    snap.add_pod(self._pods[uid], row.node)  # moved here, unchanged
+                    snap.add_pod(pod, node)
+                elif i >= kept and node_of(uid) != node:
+                    snap.add_pod(self._pods[uid], node)  # moved here, unchanged
         for uid in left:
             if snap.node_of(uid) is None:
                 self._pods.pop(uid, None)

@@ -207,3 +207,81 @@ def test_a_partly_fed_shard_refuses_pods_that_are_not_node_local_and_feeds_for_a
     wrong = NodeShard(FedCluster(), build_frameworks([default_profile()]), 0, 2)
     with pytest.raises(FeedRefused, match="shard 0 of 2, but was fed as shard 1 of 2"):
         wrong.filter(request(make_pod("plain")))
+
+
+def test_random_changes_keep_every_shard_the_callers_and_a_pod_bound_next_to_many_sends_one():
+    """Adds, removals, status updates, spec and label changes, moves, nodes removed and added
+    again, in random order: after each feed every shard holds what the caller's snapshot has of
+    what it reads (the rows' fast path, pods only added after those sent, and its fallbacks)."""
+    import random
+    from schedmesh.mesh.partition import shard_of
+    rng = random.Random(7)
+    qm = cluster()
+    nodes = {ni.name: ni.node for ni in qm.node_info_list}
+    feeds = [ShardFeed()] + [ShardFeed(shard_index=i, shard_count=2) for i in range(2)]
+    shards = [FedCluster() for _ in feeds]
+    serial = 0
+
+    def placed() -> list:
+        return [(pi.pod, ni.name) for ni in qm.node_info_list for pi in ni.pods]
+
+    def check() -> None:
+        for feed, shard in zip(feeds, shards):
+            snap = apply(shard, take(feed, qm))
+            assert snap.cols.order_digest == qm.cols.order_digest
+            for ni in qm.node_info_list:
+                mine = not feed.shard_count or shard_of(ni.name, feed.shard_count) == feed.shard_index
+                want = sorted((pi.pod.meta.uid, pi.pod.meta.labels.get("v"), pi.pod.containers[0].requests["cpu"])
+                              for pi in (ni.pods if mine else ni.pods_with_affinity))
+                got = sorted((pi.pod.meta.uid, pi.pod.meta.labels.get("v"), pi.pod.containers[0].requests["cpu"])
+                             for pi in snap.get(ni.name).pods)
+                assert got == want, (feed.shard_index, feed.shard_count, ni.name)
+                if mine:
+                    assert snap.get(ni.name).requested.milli_cpu == ni.requested.milli_cpu
+
+    check()
+    for step in range(300):
+        op = rng.randrange(7)
+        pods = placed()
+        if op <= 1 or not pods:
+            serial += 1
+            pod = anti_affinity_pod(f"a{serial}") if rng.random() < 0.2 else make_pod(f"n{serial}")
+            qm.add_pod(pod, rng.choice(sorted(nodes)))
+        elif op == 2:
+            qm.remove_pod(rng.choice(pods)[0])
+        elif op == 3:  # a status update: a new object, nothing a shard reads changed
+            pod, node = rng.choice(pods)
+            qm.add_pod(dataclasses.replace(pod, phase="Running", conditions=[PodCondition("Ready", "True")]), node)
+        elif op == 4:  # labels or requests changed in place
+            pod, node = rng.choice(pods)
+            changed = dataclasses.replace(pod, meta=dataclasses.replace(pod.meta, labels={**pod.meta.labels, "v": str(step)}))
+            if rng.random() < 0.5:
+                changed.containers = [dataclasses.replace(pod.containers[0],
+                                                          requests={**pod.containers[0].requests, "cpu": step})]
+            qm.add_pod(changed, node)
+        elif op == 5:  # moved to another node
+            pod, _ = rng.choice(pods)
+            qm.remove_pod(pod)
+            qm.add_pod(pod, rng.choice(sorted(nodes)))
+        elif rng.random() < 0.3:  # a node removed (its pods kept aside) and, later, added again
+            name = rng.choice(sorted(nodes))
+            if qm.get(name) is not None:
+                qm.remove_node(name)
+            else:
+                qm.add_node(nodes[name])
+        if rng.random() < 0.4:
+            check()
+    for name, node in nodes.items():
+        if qm.get(name) is None:
+            qm.add_node(node)
+    check()
+
+    # A pod bound on a node that has many: one pod and one row sent.
+    crowded = "node-00003"
+    for i in range(40):
+        qm.add_pod(make_pod(f"crowd-{i}"), crowded)
+    check()
+    qm.add_pod(make_pod("one-more"), crowded)
+    delta = take(feeds[0], qm)
+    assert [r.node for r in delta.rows] == [crowded] and len(delta.pods) == 1
+    assert state_of(apply(shards[0], delta)) == state_of(qm)
