@@ -285,3 +285,25 @@ def test_random_changes_keep_every_shard_the_callers_and_a_pod_bound_next_to_man
     delta = take(feeds[0], qm)
     assert [r.node for r in delta.rows] == [crowded] and len(delta.pods) == 1
     assert state_of(apply(shards[0], delta)) == state_of(qm)
+
+
+def test_a_pod_with_affinity_terms_deleted_while_its_node_was_away_is_gone_from_other_shards_when_it_returns():
+    """Another shard's node keeps, on this shard, only its pods with affinity terms; removed, the
+    node's pods wait aside on the shard as in any snapshot. One deleted meanwhile must not come
+    back with the node: its anti-affinity would still reject pods across its topology domain.
+    (The feed sent no row for such a node when it had no such pod left, and the shard kept it.)"""
+    from schedmesh.mesh.partition import shard_of
+    qm = cluster()
+    away = next(ni.name for ni in qm.node_info_list if shard_of(ni.name, 2) == 1)
+    db = anti_affinity_pod("db-0")
+    qm.add_pod(db, away)
+    feed, shard = ShardFeed(shard_index=0, shard_count=2), FedCluster()
+    assert [pi.pod.meta.name for pi in apply(shard, take(feed, qm)).get(away).pods] == ["db-0"]
+    node = qm.get(away).node
+    qm.remove_node(away)
+    apply(shard, take(feed, qm))
+    qm.remove_pod(db)
+    apply(shard, take(feed, qm))
+    qm.add_node(node)
+    snap = apply(shard, take(feed, qm))
+    assert snap.get(away).pods == [] and not snap.have_pods_with_required_anti_affinity()
