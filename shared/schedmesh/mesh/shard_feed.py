@@ -43,6 +43,9 @@ def encode_node(node) -> bytes:
     return convert.node_to_proto(node).SerializeToString()
 
 
+_NO_PODS: tuple = ((), ())  # a node the shard was told has none of the pods it is sent
+
+
 class ShardFeed:
     """The caller's side of one shard's feed: what that shard was sent, and the changes since.
     `take` is called under the lock the snapshot's writers take."""
@@ -133,7 +136,7 @@ class ShardFeed:
                     kept = len(before[0])
                     if len(pods) == kept:
                         continue  # nothing this shard reads changed there
-                    uids = before[1].copy()
+                    uids = list(before[1])
                 else:
                     kept, uids = 0, []
                 for pod in pods[kept:] if kept else pods:
@@ -145,7 +148,7 @@ class ShardFeed:
                             out.pods.append(self.encode(pod))
                         self._sent[uid] = pod
                 out.rows.add(node=name, uids=uids)
-                self._rows[name] = (pods, uids)
+                self._rows[name] = (pods, uids) if pods else _NO_PODS
                 if not kept and before is not None:
                     for uid in set(before[1]).difference(uids):
                         if snapshot.node_of(uid) is None:
