@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from schedmesh.api.types import PodCondition
+from schedmesh.api.types import Pod, PodCondition
 from schedmesh.bench.workloads import make_node, make_pod
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.mesh.shard_feed import FedCluster, FeedRefused, ShardFeed
@@ -139,7 +139,7 @@ def test_a_stale_whole_cluster_feed_is_refused():
         apply(shard, old)
 
 
-def anti_affinity_pod(name: str) -> "Pod":
+def anti_affinity_pod(name: str) -> Pod:
     from schedmesh.api.types import Affinity, LabelSelector, PodAffinity, PodAffinityTerm
     pod = make_pod(name, labels={"app": "db"})
     term = PodAffinityTerm(topology_key="topology.kubernetes.io/zone", label_selector=LabelSelector.of({"app": "db"}))
