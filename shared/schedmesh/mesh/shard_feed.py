@@ -132,14 +132,14 @@ class ShardFeed:
                 if before is not None and len(pods) >= len(before[0]) and all(map(is_, pods, before[0])):
                     # The pods sent before are still there, the same objects, in the same
                     # order: only those after them can be new (the common case, pods bound
-                    # since; a node's pods are not walked one by one for each pod bound there).
+                    # since; a node's pods are not looked up one by one for each pod bound there).
                     kept = len(before[0])
                     if len(pods) == kept:
                         continue  # nothing this shard reads changed there
                     uids = list(before[1])
                 else:
                     kept, uids = 0, []
-                for pod in pods[kept:] if kept else pods:
+                for pod in pods[kept:]:
                     uid = pod.meta.uid
                     uids.append(uid)
                     sent = self._sent.get(uid)
