@@ -194,10 +194,10 @@ class SnapshotChanges:
     affinity terms, namespace labels)."""
 
     __slots__ = ("rows", "beyond_rows", "ignore_status_updates", "ignore_affinity", "pod_nodes", "node_ops",
-                 "namespaces_changed")
+                 "namespaces_changed", "owns")
 
     def __init__(self, ignore_status_updates: bool = False, by_name: bool = False,
-                 ignore_affinity: bool = False) -> None:
+                 ignore_affinity: bool = False, owns: Optional[Mapping[str, bool]] = None) -> None:
         self.rows: set[int] = set()
         self.beyond_rows = False
         # A pod with affinity terms placed or removed changes only its own row for a watcher
@@ -211,6 +211,11 @@ class SnapshotChanges:
         self.pod_nodes: Optional[set[str]] = set() if by_name else None
         self.node_ops: Optional[list[tuple[bool, str]]] = [] if by_name else None  # (removed, name)
         self.namespaces_changed = False
+        # owns (by_name only; None: every node): owns[name] says whether this watcher wants every
+        # pod change of that node; of other nodes it hears only of pods with affinity terms (a
+        # shard's feed: all it reads of another shard's nodes, so each of N feeds walks about 1/N
+        # of the nodes changed, not all of them).
+        self.owns = owns
 
     def take_rows(self) -> set[int]:
         """The rows changed since the last take (for an index following the snapshot under the
@@ -342,9 +347,9 @@ class Snapshot:
 
     # ---- changing ------------------------------------------------------------------------
     def watch_changes(self, ignore_status_updates: bool = False, by_name: bool = False,
-                      ignore_affinity: bool = False) -> SnapshotChanges:
+                      ignore_affinity: bool = False, owns: Optional[Mapping[str, bool]] = None) -> SnapshotChanges:
         """Start recording changes (until `unwatch`)."""
-        w = SnapshotChanges(ignore_status_updates, by_name, ignore_affinity)
+        w = SnapshotChanges(ignore_status_updates, by_name, ignore_affinity, owns)
         with _WATCHERS_LOCK:
             self._watchers = self._watchers + (w,)
         return w
@@ -385,7 +390,8 @@ class Snapshot:
             if self._status_update and w.ignore_status_updates:
                 continue
             if w.pod_nodes is not None:  # a feed's log reads names, never rows
-                w.pod_nodes.add(ni.name)
+                if affinity_changed or w.owns is None or w.owns[ni.name]:
+                    w.pod_nodes.add(ni.name)
             else:
                 w.rows.add(ni.index)
             w.beyond_rows = w.beyond_rows or (affinity_changed and not w.ignore_affinity)
@@ -496,5 +502,6 @@ class Snapshot:
         ni = self.node_info_map[node_name]
         had = _affinity_membership(ni)
         pi = ni.remove_pod(pod)
-        self._pods_changed(ni, pod_with_affinity(pod), had)
+        # the pod taken out, not the copy that names it (an update may differ from it)
+        self._pods_changed(ni, pod_with_affinity(pi.pod), had)
         return pi

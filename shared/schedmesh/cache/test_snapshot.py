@@ -74,6 +74,27 @@ def test_a_status_update_does_not_dirty_watchers_that_ignore_them_but_a_resize_d
     assert w.rows == {snap.get("n1").index}
 
 
+def test_a_pod_whose_copy_drops_its_affinity_terms_tells_watchers_a_pod_with_affinity_left():
+    """The flag comes from the pod taken out, not from the copy that replaces it: else watchers
+    reading beyond rows (and other shards' feeds) miss that the node's pods with affinity changed."""
+    snap = _cluster()
+    w = snap.watch_changes()
+    feed = snap.watch_changes(by_name=True, owns={"n1": False})  # another shard's node
+    old = next(pi.pod for pi in snap.get("n1").pods if pi.pod.name == "a")
+    snap.add_pod(evolve(old, affinity=None))
+    assert w.beyond_rows and feed.pod_nodes == {"n1"}
+    assert [pi.pod.name for pi in snap.get("n1").pods_with_affinity] == ["c"]
+
+
+def test_a_feed_hears_of_another_shards_node_only_when_its_pods_with_affinity_change():
+    snap = _cluster()
+    mine, other = snap.watch_changes(by_name=True, owns={"n1": True}), snap.watch_changes(by_name=True, owns={"n1": False})
+    snap.add_pod(_pod("e"))
+    assert mine.pod_nodes == {"n1"} and not other.pod_nodes
+    snap.add_pod(_pod("f", anti=True))
+    assert other.pod_nodes == {"n1"}
+
+
 def test_watchers_added_and_removed_from_two_threads_at_once_are_none_lost():
     """A batch ends (unwatch) on the scheduling thread while the next one starts watching on
     another: neither may drop the other's watcher (its change log would go silent)."""

@@ -43,6 +43,18 @@ def encode_node(node) -> bytes:
     return convert.node_to_proto(node).SerializeToString()
 
 
+class _Owned(dict):
+    """node name -> whether the shard owns it, computed once per name: read for each pod change."""
+
+    def __init__(self, shard_index: int, shard_count: int) -> None:
+        super().__init__()
+        self.shard_index, self.shard_count = shard_index, shard_count
+
+    def __missing__(self, name: str) -> bool:
+        owned = self[name] = shard_of(name, self.shard_count) == self.shard_index
+        return owned
+
+
 _NO_PODS: tuple = ((), ())  # a node the shard was told has none of the pods it is sent
 
 
@@ -57,6 +69,7 @@ class ShardFeed:
         self.feeder = uuid.uuid4().hex  # this process's feed: a shard that knows another starts over
         self.encode, self.encode_node = encode, encode_node
         self.shard_index, self.shard_count = shard_index, shard_count
+        self._owns = _Owned(shard_index, shard_count) if shard_count > 1 else None
         self.sent_at = 0.0  # time.monotonic() of the last take
         self.generation = 0
         self._snapshot: Optional[Snapshot] = None
@@ -88,7 +101,7 @@ class ShardFeed:
                 if self._snapshot is not None and self._changes is not None:
                     self._snapshot.unwatch(self._changes)
                 self._snapshot = snapshot
-                self._changes = snapshot.watch_changes(ignore_status_updates=True, by_name=True)
+                self._changes = snapshot.watch_changes(ignore_status_updates=True, by_name=True, owns=self._owns)
                 self._sent, self._rows = {}, {}
                 out.from_generation = 0
                 infos = snapshot.node_info_list
