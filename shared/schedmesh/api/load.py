@@ -343,6 +343,8 @@ def _quote(value: Any) -> str:
     if isinstance(value, str):
         if len(value) > 128:
             return json.dumps(value[:128], ensure_ascii=False)[:-1] + f'..." ({len(value)} characters)'
+        if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+            return f'"{value}"'  # what json.dumps writes for it (every List item's place quotes two)
         return json.dumps(value, ensure_ascii=False)
     return str(value)
 
