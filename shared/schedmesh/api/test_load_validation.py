@@ -323,3 +323,11 @@ def test_template_hash_converts_each_aliased_node_once_and_keeps_its_value() -> 
     assert load.pod_template_hash(template) == want
     [pod] = load_text(text).pods
     assert pod.labels["pod-template-hash"] == want and pod.name.startswith(f"web-{want}-")
+
+
+@pytest.mark.parametrize("value", ["web-0", "", "a b", 'say "hi"', "back\\slash", "tab\there", "\x7f", "\x00",
+                                   "café", "\u2028", "x" * 128, "x" * 129])
+def test_a_value_is_quoted_in_messages_as_json_writes_it(value):
+    want = json.dumps(value, ensure_ascii=False) if len(value) <= 128 else \
+        json.dumps(value[:128], ensure_ascii=False)[:-1] + f'..." ({len(value)} characters)'
+    assert load._quote(value) == want
