@@ -69,6 +69,7 @@ class ShardFeed:
         self.feeder = uuid.uuid4().hex  # this process's feed: a shard that knows another starts over
         self.encode, self.encode_node = encode, encode_node
         self.shard_index, self.shard_count = shard_index, shard_count
+        # (None: every node is this shard's; its change log and `take` read this one map)
         self._owns = _Owned(shard_index, shard_count) if shard_count > 1 else None
         self.sent_at = 0.0  # time.monotonic() of the last take
         self.generation = 0
@@ -130,13 +131,13 @@ class ShardFeed:
                 out.namespaces_changed = True
                 for name, labels in snapshot.namespace_labels.items():
                     out.namespaces.add(name=name, labels=labels)
-            count, index = self.shard_count, self.shard_index
-            out.shard_index, out.shard_count = index, count
+            out.shard_index, out.shard_count = self.shard_index, self.shard_count
+            owns = self._owns
             for name in nodes:
                 ni = snapshot.get(name)
                 if ni is None:
                     continue
-                if count and shard_of(name, count) != index:
+                if owns is not None and not owns[name]:
                     infos = ni.pods_with_affinity  # all this shard reads of another shard's node
                 else:
                     infos = ni.pods
