@@ -268,6 +268,19 @@ def _spec_key(raw: bytes) -> bytes:
     return b"".join(kept)
 
 
+def split_pod_encoding(raw: bytes) -> Optional[tuple[bytes, bytes]]:
+    """(its metadata's encoding, everything after it) of a serialized Pod whose first field is its
+    metadata, as protobuf's serializers write a message (fields in their numbers' order); None for
+    another. Two pods whose encodings end alike decode alike but for their metadata."""
+    if len(raw) < 2 or raw[0] != 0x0A:  # field 1 (metadata), length-delimited
+        return None
+    length, start = _varint(raw, 1)
+    end = start + length
+    if end > len(raw):
+        raise ValueError(f"a Pod's encoding ends inside its metadata ({len(raw)} bytes, metadata ends at {end})")
+    return raw[start:end], raw[end:]
+
+
 def pod_from_proto(m: pb.Pod, encoded: Optional[bytes] = None) -> Pod:
     """`encoded`: m's serialization, when the caller has it. Any serialization gives the right
     pod; a deterministic one (what this makes without it) meets a replica's spec more often, since

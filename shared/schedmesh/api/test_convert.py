@@ -105,3 +105,29 @@ def test_spec_key_drops_exactly_the_metadata_binding_and_status_fields():
     assert spec == expected
     with pytest.raises(ValueError, match="ends inside a field"):
         convert._spec_key(p.SerializeToString()[:-1])
+
+
+def test_a_pod_encoding_splits_into_its_metadata_and_the_rest():
+    from schedmesh.bench.workloads import pod_from_template
+    from schedmesh.v1 import objects_pb2 as pb
+
+    p = convert.pod_to_proto(pod_from_template("pod-default", "k", "default"))
+    p.metadata.labels["app"] = "web"
+    p.node_name, p.phase = "n1", "Running"
+    raw = p.SerializeToString()
+    meta, rest = convert.split_pod_encoding(raw)
+    assert pb.ObjectMeta.FromString(meta) == p.metadata
+    without = pb.Pod()
+    without.CopyFrom(p)
+    without.ClearField("metadata")
+    assert pb.Pod.FromString(rest) == without  # everything but the metadata, as it was
+    # another pod's metadata over the same rest: that pod
+    other = pb.Pod()
+    other.CopyFrom(p)
+    other.metadata.name, other.metadata.uid = "k2", "uid-2"
+    assert pb.Pod.FromString(raw[:0] + b"\n" + bytes([len(other.metadata.SerializeToString())])
+                             + other.metadata.SerializeToString() + rest) == other
+    assert convert.split_pod_encoding(without.SerializeToString()) is None  # no metadata first
+    assert convert.split_pod_encoding(b"") is None
+    with pytest.raises(ValueError, match="ends inside its metadata"):
+        convert.split_pod_encoding(raw[:len(meta)])

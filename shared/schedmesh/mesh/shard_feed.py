@@ -9,7 +9,10 @@ itself and by existing pods' affinity terms: framework/interface.py, InterPodAff
 caller sends that, with each request, as the changes since the previous request to that shard
 (`ShardFeed`): node additions, updates and removals in their order, the nodes whose pods (as
 this shard sees them) changed with their pods now, each pod's spec once. Each shard then decodes
-and keeps about 1/N of the pods.
+and keeps about 1/N of the pods. A pod whose encoding is that of a pod sent before but for its
+metadata (a workload's replicas) goes as its metadata and the number of that template: decoding
+the metadata alone and copying the template is half the work of decoding it whole, and a
+seventh of the bytes.
 
 Exactness: for node-local pods, the shard's snapshot after a feed is the caller's snapshot when
 it took the feed, but for what no Filter or Score plugin reads of them (a pod's binding and
@@ -28,6 +31,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
 from schedmesh.api import convert
+from schedmesh.api.evolve import evolve
 from schedmesh.api.types import Pod, same_but_status
 from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
 from schedmesh.mesh.partition import shard_of
@@ -57,6 +61,10 @@ class _Owned(dict):
 
 _NO_PODS: tuple = ((), ())  # a node the shard was told has none of the pods it is sent
 
+# Templates a feed numbers (distinct pod encodings but for metadata) before it starts over: pods
+# created bound each encode their own node, so most of a replayed cluster's pods are never copied.
+TEMPLATES_MAX = 4096
+
 
 class ShardFeed:
     """The caller's side of one shard's feed: what that shard was sent, and the changes since.
@@ -78,6 +86,9 @@ class ShardFeed:
         self._sent: dict[str, Pod] = {}  # uid -> the copy of the pod the shard was sent
         # node -> the pods the shard was told are on it (the objects, to know them again), their uids
         self._rows: dict[str, tuple[list[Pod], list[str]]] = {}
+        # a pod's encoding past its metadata -> the number of the template the shard keeps for it
+        self._templates: dict[bytes, int] = {}
+        self._forget_templates = False  # numbered TEMPLATES_MAX: the next feed starts over
         self._lock = threading.Lock()
 
     def reset(self) -> None:
@@ -103,7 +114,7 @@ class ShardFeed:
                     self._snapshot.unwatch(self._changes)
                 self._snapshot = snapshot
                 self._changes = snapshot.watch_changes(ignore_status_updates=True, by_name=True, owns=self._owns)
-                self._sent, self._rows = {}, {}
+                self._sent, self._rows, self._templates = {}, {}, {}
                 out.from_generation = 0
                 infos = snapshot.node_info_list
                 for ni in infos:
@@ -127,6 +138,9 @@ class ShardFeed:
                 namespaces = c.namespaces_changed
                 c.pod_nodes, c.node_ops, c.namespaces_changed = set(), [], False
                 c.beyond_rows = False
+            if self._forget_templates:
+                self._templates, self._forget_templates = {}, False
+                out.specs_reset = True
             if namespaces:
                 out.namespaces_changed = True
                 for name, labels in snapshot.namespace_labels.items():
@@ -159,7 +173,7 @@ class ShardFeed:
                     sent = self._sent.get(uid)
                     if sent is not pod:
                         if sent is None or not same_but_status(sent, pod):
-                            out.pods.append(self.encode(pod))
+                            self._send_pod(out, pod)
                         self._sent[uid] = pod
                 out.rows.add(node=name, uids=uids)
                 self._rows[name] = (pods, uids) if pods else _NO_PODS
@@ -171,6 +185,26 @@ class ShardFeed:
             out.generation = self.generation
             self.sent_at = time.monotonic()
             out.order_digest = snapshot.cols.order_digest
+
+    def _send_pod(self, out: spb.ShardFeed, pod: Pod) -> None:
+        """`pod` into `out`: as a replica of a template the shard holds, else whole (and numbered
+        as a template while there is room)."""
+        data = self.encode(pod)
+        parts = convert.split_pod_encoding(data)
+        number = 0
+        if parts is not None:
+            known = self._templates.get(parts[1])
+            if known is not None:
+                out.replica_metadata.append(parts[0])
+                out.replica_templates.append(known)
+                return
+            if len(self._templates) < TEMPLATES_MAX:
+                number = self._templates[parts[1]] = len(self._templates) + 1
+            else:
+                self._forget_templates = True
+        out.pods.append(data)
+        out.pod_specs.append(number)
+
 
 class FeedRefused(Exception):
     """This shard cannot apply the feed (it has not the one the feed follows): the caller
@@ -186,6 +220,7 @@ class FedCluster:
         self.generation = 0
         self.wait_timeout = wait_timeout
         self._pods: dict[str, Pod] = {}  # uid -> the pod as sent, for every pod on a node
+        self._templates: dict[int, Pod] = {}  # number -> the pod sent as that template (ShardFeed._send_pod)
         self._cond = threading.Condition(threading.RLock())
         self.applied = 0  # feeds applied (tests, the log)
 
@@ -226,6 +261,8 @@ class FedCluster:
     def _apply(self, feed: spb.ShardFeed) -> None:
         if feed.from_generation == 0:
             self.snapshot, self._pods = Snapshot(), {}
+        if feed.from_generation == 0 or feed.specs_reset:
+            self._templates = {}
         snap = self.snapshot
         for op in feed.node_ops:
             if op.removed:
@@ -239,8 +276,19 @@ class FedCluster:
             for ns in feed.namespaces:
                 snap.set_namespace_labels(ns.name, dict(ns.labels))
         sent: dict[str, Pod] = {}
-        for b in feed.pods:
+        numbers = feed.pod_specs
+        for i, b in enumerate(feed.pods):
             pod = convert.pod_from_proto(pb.Pod.FromString(b), b)  # (its spec memo keyed by these bytes)
+            sent[pod.meta.uid] = pod
+            if numbers and numbers[i]:
+                self._templates[numbers[i]] = pod
+        templates = self._templates
+        for meta, number in zip(feed.replica_metadata, feed.replica_templates, strict=True):
+            template = templates.get(number)
+            if template is None:
+                raise ValueError(f"a replica of template {number}, which this shard was not sent")
+            # what decoding the template's encoding with this metadata gives (split_pod_encoding)
+            pod = evolve(template, meta=convert.meta_from(pb.ObjectMeta.FromString(meta)))
             sent[pod.meta.uid] = pod
         left: list[str] = []
         node_of = snap.node_of

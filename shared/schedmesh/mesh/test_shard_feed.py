@@ -27,6 +27,11 @@ def take(feed: ShardFeed, snap: Snapshot) -> spb.ShardFeed:
     return out
 
 
+def pods_sent(f: spb.ShardFeed) -> int:
+    """Pods a feed carries, whole or as a replica of a template the shard holds."""
+    return len(f.pods) + len(f.replica_metadata)
+
+
 def apply(shard: FedCluster, f: spb.ShardFeed) -> Snapshot:
     with shard.at(f) as snap:
         return snap
@@ -43,7 +48,7 @@ def cluster() -> Snapshot:
 def test_the_first_feed_carries_the_whole_cluster_and_the_next_only_what_changed():
     qm, feed, shard = cluster(), ShardFeed(), FedCluster()
     first = take(feed, qm)
-    assert first.from_generation == 0 and len(first.node_ops) == 9 and len(first.pods) == 12
+    assert first.from_generation == 0 and len(first.node_ops) == 9 and pods_sent(first) == 12
     assert state_of(apply(shard, first)) == state_of(qm)
 
     qm.add_pod(make_pod("new", cpu="700m"), "node-00008")
@@ -51,7 +56,7 @@ def test_the_first_feed_carries_the_whole_cluster_and_the_next_only_what_changed
     qm.remove_pod(gone)
     delta = take(feed, qm)
     assert delta.from_generation == first.generation and not delta.node_ops
-    assert sorted(r.node for r in delta.rows) == ["node-00001", "node-00008"] and len(delta.pods) == 1
+    assert sorted(r.node for r in delta.rows) == ["node-00001", "node-00008"] and pods_sent(delta) == 1
     assert state_of(apply(shard, delta)) == state_of(qm)
 
 
@@ -65,13 +70,13 @@ def test_a_binding_or_status_sends_no_pod_and_a_spec_change_sends_it_again():
     other = make_pod("other")
     qm.add_pod(other, "node-00002")  # the row is sent again; the Running pod is not
     delta = take(feed, qm)
-    assert [r.node for r in delta.rows] == ["node-00002"] and len(delta.pods) == 1
+    assert [r.node for r in delta.rows] == ["node-00002"] and pods_sent(delta) == 1
     assert state_of(apply(shard, delta)) == state_of(qm)
     bigger = make_pod(other.meta.name, cpu="2")
     bigger.meta.uid = other.meta.uid
     qm.add_pod(bigger, "node-00002")
     delta = take(feed, qm)
-    assert len(delta.pods) == 1
+    assert pods_sent(delta) == 1
     assert state_of(apply(shard, delta)) == state_of(qm)
 
 
@@ -283,7 +288,7 @@ def test_random_changes_keep_every_shard_the_callers_and_a_pod_bound_next_to_man
     check()
     qm.add_pod(make_pod("one-more"), crowded)
     delta = take(feeds[0], qm)
-    assert [r.node for r in delta.rows] == [crowded] and len(delta.pods) == 1
+    assert [r.node for r in delta.rows] == [crowded] and pods_sent(delta) == 1
     assert state_of(apply(shards[0], delta)) == state_of(qm)
 
 
@@ -307,3 +312,64 @@ def test_a_pod_with_affinity_terms_deleted_while_its_node_was_away_is_gone_from_
     qm.add_node(node)
     snap = apply(shard, take(feed, qm))
     assert snap.get(away).pods == [] and not snap.have_pods_with_required_anti_affinity()
+
+
+def test_replicas_go_as_their_metadata_and_decode_as_their_whole_encoding_would():
+    """Pods whose encodings differ only in their metadata go as that metadata over the first one
+    sent (a template); each is then, field for field, what decoding it whole gives."""
+    from schedmesh.api import convert
+    from schedmesh.mesh.shard_feed import encode_pod
+    from schedmesh.v1 import objects_pb2 as pb
+    qm, feed, shard = cluster(), ShardFeed(), FedCluster()
+    first = take(feed, qm)
+    assert len(first.pods) == 1 and len(first.replica_metadata) == 11 and list(first.pod_specs) == [1]
+    apply(shard, first)
+    labelled = make_pod("labelled")
+    labelled.meta.labels = {"app": "web", "tier": "front"}
+    bigger = make_pod("bigger", cpu="2")
+    for pod in (labelled, make_pod("plain"), bigger, make_pod("bigger-2", cpu="2")):
+        qm.add_pod(pod, "node-00004")
+    delta = take(feed, qm)
+    assert len(delta.pods) == 1 and len(delta.replica_metadata) == 3  # a new template for cpu 2
+    snap = apply(shard, delta)
+    for ni in qm.node_info_list:
+        for pi in ni.pods:
+            data = encode_pod(pi.pod)
+            whole = convert.pod_from_proto(pb.Pod.FromString(data), data)
+            got = next(p.pod for p in snap.get(ni.name).pods if p.pod.meta.uid == pi.pod.meta.uid)
+            assert [getattr(got, f.name) for f in dataclasses.fields(Pod)] == \
+                [getattr(whole, f.name) for f in dataclasses.fields(Pod)]  # (Pod compares by identity)
+
+
+def test_a_replica_of_a_template_the_shard_does_not_hold_is_refused_and_the_whole_cluster_follows():
+    qm, feed, shard = cluster(), ShardFeed(), FedCluster()
+    apply(shard, take(feed, qm))
+    qm.add_pod(make_pod("late"), "node-00005")
+    delta = take(feed, qm)
+    assert len(delta.replica_metadata) == 1
+    delta.replica_templates[0] = 99
+    with pytest.raises(FeedRefused, match="template 99"):
+        apply(shard, delta)
+    feed.reset()
+    assert state_of(apply(shard, take(feed, qm))) == state_of(qm)
+
+
+def test_templates_numbered_up_to_a_bound_then_forgotten_on_both_sides(monkeypatch):
+    from schedmesh.mesh import shard_feed
+    monkeypatch.setattr(shard_feed, "TEMPLATES_MAX", 3)
+    qm, feed, shard = cluster(), ShardFeed(), FedCluster()
+    apply(shard, take(feed, qm))
+    for i in range(6):  # six specs: three numbered, three sent whole unnumbered
+        qm.add_pod(make_pod(f"s{i}", cpu=f"{i + 2}"), "node-00006")
+    delta = take(feed, qm)
+    assert list(delta.pod_specs) == [2, 3, 0, 0, 0, 0] and not delta.specs_reset
+    assert state_of(apply(shard, delta)) == state_of(qm)
+    qm.add_pod(make_pod("s-again", cpu="7"), "node-00006")  # a spec of the unnumbered ones
+    delta = take(feed, qm)
+    assert delta.specs_reset and list(delta.pod_specs) == [1] and not delta.replica_metadata
+    snap = apply(shard, delta)
+    assert state_of(snap) == state_of(qm) and set(shard._templates) == {1}
+    qm.add_pod(make_pod("s-thrice", cpu="7"), "node-00007")
+    delta = take(feed, qm)
+    assert list(delta.replica_templates) == [1] and not delta.pods
+    assert state_of(apply(shard, delta)) == state_of(qm)
