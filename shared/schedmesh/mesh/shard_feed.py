@@ -61,9 +61,10 @@ class _Owned(dict):
 
 _NO_PODS: tuple = ((), ())  # a node the shard was told has none of the pods it is sent
 
-# Templates a feed numbers (distinct pod encodings but for metadata) before it starts over: pods
-# created bound each encode their own node, so most of a replayed cluster's pods are never copied.
-TEMPLATES_MAX = 4096
+# Templates a feed numbers (distinct pod encodings but for metadata) before it starts over. Pods
+# created bound each encode their own node and are never copied: a replayed cluster's fill this
+# once (the feed keeps each template's encoding as its key, about 300 bytes).
+TEMPLATES_MAX = 1024
 
 
 class ShardFeed:
