@@ -7,6 +7,8 @@ reports as deltas (PodRecord.update) rather than whole pods. Readers flatten a r
 """
 from __future__ import annotations
 
+import dataclasses
+from operator import attrgetter
 from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
 from schedmesh.api import convert
@@ -17,6 +19,7 @@ from schedmesh.api.types import (DaemonSet, LimitRange, Namespace, Node, NodeCon
 from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
                                   PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES)
 from schedmesh.v1 import events_pb2
+from schedmesh.v1 import objects_pb2 as pb
 
 
 def node_record(node: Node, deleted: bool = False, source: str = "") -> tuple[str, str, bytes]:
@@ -168,7 +171,8 @@ def manifest_records(m: Manifests, source: str = "",
     out += [daemon_set_record(d) for d in m.daemon_sets]
     out += [limit_range_record(r) for r in m.limit_ranges]
     out += node_batch_records(m.nodes, source=source)
-    out += pod_batch_records((pod_message(p, source=source, spec_update=p.uid in updated_pods) for p in m.pods),
+    messages = PodMessages()
+    out += pod_batch_records((messages.message(p, source=source, spec_update=p.uid in updated_pods) for p in m.pods),
                              source)
     return out
 
@@ -184,6 +188,46 @@ def expand(msg: Msg) -> Sequence[Msg]:
 def pod_message(pod: Pod, deleted: bool = False, source: str = "", spec_update: bool = False) -> events_pb2.PodRecord:
     return events_pb2.PodRecord(pod=convert.pod_to_proto(pod), deleted=deleted, source=source,
                                 spec_update=spec_update)
+
+
+# A pod's fields but its metadata, read at once.
+_NOT_META = attrgetter(*(f.name for f in dataclasses.fields(Pod) if f.name != "meta"))
+
+
+class PodMessages:
+    """pod_message for many pods (an Apply's), each pod's encoding past its metadata made once for
+    pods whose other fields are the very same objects: a workload's replicas, which the manifest
+    reader's memo and admission leave sharing them (load.parse_pod). Nothing edits a pod's spec
+    or status in place, so those pods encode alike but for their metadata; 16-17 -> 9-10 us a pod
+    of a 500-pod Apply."""
+
+    def __init__(self) -> None:
+        # the fields' ids -> (the fields, kept so that their ids stay theirs; the encoding past the metadata)
+        self._tails: dict[tuple[int, ...], tuple[tuple, bytes]] = {}
+
+    def message(self, pod: Pod, deleted: bool = False, source: str = "",
+                spec_update: bool = False) -> events_pb2.PodRecord:
+        fields = _NOT_META(pod)
+        key = tuple(map(id, fields))
+        known = self._tails.get(key)
+        if known is None:
+            whole = convert.pod_to_proto(pod)
+            whole.ClearField("metadata")
+            known = self._tails[key] = (fields, whole.SerializeToString())
+        meta = convert.meta_to(pod.meta, pb.ObjectMeta()).SerializeToString()
+        rec = events_pb2.PodRecord(deleted=deleted, source=source, spec_update=spec_update)
+        # field 1 (metadata, length-delimited) first, then the rest: pod_to_proto's message
+        rec.pod.MergeFromString(b"\n" + _varint_bytes(len(meta)) + meta + known[1])
+        return rec
+
+
+def _varint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def pod_batch_record(items: Sequence[events_pb2.PodRecord], source: str = "") -> tuple[str, str, bytes]:

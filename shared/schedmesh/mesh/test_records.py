@@ -171,3 +171,30 @@ def test_an_item_larger_than_a_batch_goes_alone():
     runs = in_batches([small, big, small], lambda run: ("t", "k", bytes(len(run))), limit=1000)
     assert [len(v) for _t, _k, v in runs] == [1, 1, 1]
     assert [len(v) for _t, _k, v in in_batches([small] * 5, lambda run: ("t", "k", bytes(len(run))))] == [5]
+
+
+def test_an_applys_pods_are_encoded_as_one_by_one_whatever_they_share():
+    """Replicas sharing every field but their metadata are encoded past it once; a pod that differs
+    in any one field (another object there) is encoded on its own. Every record is the message
+    pod_message makes."""
+    import dataclasses
+    from schedmesh.api.load import Manifests
+    from schedmesh.bench.workloads import make_pod
+
+    base = make_pod("r0")
+    base.meta.labels = {"app": "web"}
+    pods = [dataclasses.replace(base, meta=dataclasses.replace(base.meta, name=f"r{i}", uid=f"u{i}",
+                                                               labels={"app": "web", "i": str(i)}))
+            for i in range(5)]
+    changed = {"containers": [dataclasses.replace(base.containers[0], requests={"cpu": 3})],
+               "node_name": "n1", "priority": 7, "tolerations": [], "phase": "Running",
+               "conditions": [PodCondition("Ready", "True")], "scheduler_name": "other",
+               "start_time": 12.5, "node_selector": {"zone": "a"}, "host_network": True}
+    for i, (name, value) in enumerate(changed.items()):
+        pods.append(dataclasses.replace(pods[0], meta=dataclasses.replace(base.meta, name=f"c{i}", uid=f"c{i}"),
+                                        **{name: value}))
+    pods.append(dataclasses.replace(pods[0], meta=dataclasses.replace(base.meta, name="last", uid="last")))
+    recs = records.manifest_records(Manifests(pods=pods), source="apply", updated_pods=frozenset({"u3"}))
+    got = [item for _t, _k, v in recs for item in records.expand(events_pb2.PodRecord.FromString(v))]
+    want = [records.pod_message(p, source="apply", spec_update=p.uid == "u3") for p in pods]
+    assert got == want

@@ -40,8 +40,15 @@ def admit_manifest(text: str, source: str, strict_names: bool,
     m = load_text(text, source, strict_names=strict_names)
     warnings = [] if strict_names else api_server_name_warnings(m)
     admit_all(m, classes)
-    for p in m.pods:  # kube-apiserver's DefaultTolerationSeconds admission (not-ready, unreachable: 300 s)
-        p.tolerations = default_toleration_seconds(p.tolerations)
+    # kube-apiserver's DefaultTolerationSeconds admission (not-ready, unreachable: 300 s), once for
+    # the replicas sharing a list (a pod's spec is never edited in place): they then share the
+    # result, and records.PodMessages encodes them once
+    defaulted: dict[int, tuple[list, list]] = {}
+    for p in m.pods:
+        done = defaulted.get(id(p.tolerations))
+        if done is None:  # (the input list kept alive: its id stays its own)
+            done = defaulted[id(p.tolerations)] = (p.tolerations, default_toleration_seconds(p.tolerations))
+        p.tolerations = done[1]
     return m, warnings
 
 

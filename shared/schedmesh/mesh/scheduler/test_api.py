@@ -690,3 +690,16 @@ def test_an_apply_during_a_re_publication_is_published_after_it() -> None:
         return during, len(s.qm.producer.sent)
     during, after = asyncio.run(scenario())
     assert during == 0 and after > 0
+
+
+def test_replicas_get_their_default_toleration_seconds_once_and_share_them() -> None:
+    from schedmesh.eviction.taint_eviction import default_toleration_seconds
+    tolerant = ("apiVersion: v1\nkind: Pod\nmetadata: {name: t, namespace: default}\nspec:\n  containers: [{name: c}]\n"
+                "  tolerations: [{key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, "
+                "tolerationSeconds: 30}]\n")
+    manifest = "---\n".join([POD.format(name=f"p{i}") for i in range(3)] + [tolerant])
+    m, _ = admission.admit_manifest(manifest, "m.yaml", False, [])
+    first, *others, last = m.pods
+    assert first.tolerations == default_toleration_seconds([]) and len(first.tolerations) == 2
+    assert all(p.tolerations is first.tolerations for p in others)
+    assert [t.toleration_seconds for t in last.tolerations] == [30, 300]  # its own, defaulted apart
