@@ -281,6 +281,17 @@ def split_pod_encoding(raw: bytes) -> Optional[tuple[bytes, bytes]]:
     return raw[start:end], raw[end:]
 
 
+def join_pod_encoding(metadata: bytes, rest: bytes) -> bytes:
+    """A serialized Pod from its metadata's encoding and the rest: split_pod_encoding's inverse."""
+    length = bytearray()
+    n = len(metadata)
+    while n > 0x7F:
+        length.append((n & 0x7F) | 0x80)
+        n >>= 7
+    length.append(n)
+    return b"\n" + bytes(length) + metadata + rest  # field 1, length-delimited
+
+
 def pod_from_proto(m: pb.Pod, encoded: Optional[bytes] = None) -> Pod:
     """`encoded`: m's serialization, when the caller has it. Any serialization gives the right
     pod; a deterministic one (what this makes without it) meets a replica's spec more often, since

@@ -125,8 +125,11 @@ def test_a_pod_encoding_splits_into_its_metadata_and_the_rest():
     other = pb.Pod()
     other.CopyFrom(p)
     other.metadata.name, other.metadata.uid = "k2", "uid-2"
-    assert pb.Pod.FromString(raw[:0] + b"\n" + bytes([len(other.metadata.SerializeToString())])
-                             + other.metadata.SerializeToString() + rest) == other
+    assert pb.Pod.FromString(convert.join_pod_encoding(other.metadata.SerializeToString(), rest)) == other
+    assert convert.join_pod_encoding(meta, rest) == raw
+    other.metadata.labels["long"] = "x" * 300  # a length of more than one varint byte
+    long_raw = other.SerializeToString()
+    assert convert.join_pod_encoding(*convert.split_pod_encoding(long_raw)) == long_raw
     assert convert.split_pod_encoding(without.SerializeToString()) is None  # no metadata first
     assert convert.split_pod_encoding(b"") is None
     with pytest.raises(ValueError, match="ends inside its metadata"):

@@ -216,18 +216,8 @@ class PodMessages:
             known = self._tails[key] = (fields, whole.SerializeToString())
         meta = convert.meta_to(pod.meta, pb.ObjectMeta()).SerializeToString()
         rec = events_pb2.PodRecord(deleted=deleted, source=source, spec_update=spec_update)
-        # field 1 (metadata, length-delimited) first, then the rest: pod_to_proto's message
-        rec.pod.MergeFromString(b"\n" + _varint_bytes(len(meta)) + meta + known[1])
+        rec.pod.MergeFromString(convert.join_pod_encoding(meta, known[1]))  # pod_to_proto's message
         return rec
-
-
-def _varint_bytes(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def pod_batch_record(items: Sequence[events_pb2.PodRecord], source: str = "") -> tuple[str, str, bytes]:

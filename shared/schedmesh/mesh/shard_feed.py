@@ -141,7 +141,7 @@ class ShardFeed:
                 c.beyond_rows = False
             if self._forget_templates:
                 self._templates, self._forget_templates = {}, False
-                out.specs_reset = True
+                out.templates_reset = True
             if namespaces:
                 out.namespaces_changed = True
                 for name, labels in snapshot.namespace_labels.items():
@@ -204,7 +204,7 @@ class ShardFeed:
             else:
                 self._forget_templates = True
         out.pods.append(data)
-        out.pod_specs.append(number)
+        out.pod_templates.append(number)
 
 
 class FeedRefused(Exception):
@@ -262,7 +262,7 @@ class FedCluster:
     def _apply(self, feed: spb.ShardFeed) -> None:
         if feed.from_generation == 0:
             self.snapshot, self._pods = Snapshot(), {}
-        if feed.from_generation == 0 or feed.specs_reset:
+        if feed.from_generation == 0 or feed.templates_reset:
             self._templates = {}
         snap = self.snapshot
         for op in feed.node_ops:
@@ -277,7 +277,7 @@ class FedCluster:
             for ns in feed.namespaces:
                 snap.set_namespace_labels(ns.name, dict(ns.labels))
         sent: dict[str, Pod] = {}
-        numbers = feed.pod_specs
+        numbers = feed.pod_templates
         for i, b in enumerate(feed.pods):
             pod = convert.pod_from_proto(pb.Pod.FromString(b), b)  # (its spec memo keyed by these bytes)
             sent[pod.meta.uid] = pod

@@ -322,7 +322,7 @@ def test_replicas_go_as_their_metadata_and_decode_as_their_whole_encoding_would(
     from schedmesh.v1 import objects_pb2 as pb
     qm, feed, shard = cluster(), ShardFeed(), FedCluster()
     first = take(feed, qm)
-    assert len(first.pods) == 1 and len(first.replica_metadata) == 11 and list(first.pod_specs) == [1]
+    assert len(first.pods) == 1 and len(first.replica_metadata) == 11 and list(first.pod_templates) == [1]
     apply(shard, first)
     labelled = make_pod("labelled")
     labelled.meta.labels = {"app": "web", "tier": "front"}
@@ -362,11 +362,11 @@ def test_templates_numbered_up_to_a_bound_then_forgotten_on_both_sides(monkeypat
     for i in range(6):  # six specs: three numbered, three sent whole unnumbered
         qm.add_pod(make_pod(f"s{i}", cpu=f"{i + 2}"), "node-00006")
     delta = take(feed, qm)
-    assert list(delta.pod_specs) == [2, 3, 0, 0, 0, 0] and not delta.specs_reset
+    assert list(delta.pod_templates) == [2, 3, 0, 0, 0, 0] and not delta.templates_reset
     assert state_of(apply(shard, delta)) == state_of(qm)
     qm.add_pod(make_pod("s-again", cpu="7"), "node-00006")  # a spec of the unnumbered ones
     delta = take(feed, qm)
-    assert delta.specs_reset and list(delta.pod_specs) == [1] and not delta.replica_metadata
+    assert delta.templates_reset and list(delta.pod_templates) == [1] and not delta.replica_metadata
     snap = apply(shard, delta)
     assert state_of(snap) == state_of(qm) and set(shard._templates) == {1}
     qm.add_pod(make_pod("s-thrice", cpu="7"), "node-00007")
