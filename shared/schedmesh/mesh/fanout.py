@@ -35,7 +35,7 @@ from schedmesh.mesh import batch as batching
 from schedmesh.mesh.answers import node_local, nominations
 from schedmesh.mesh.replicas import ReplicaEvaluator
 from schedmesh.mesh.runtime import GRPC_OPTIONS
-from schedmesh.mesh.shard_feed import ShardFeed, encode_node, encode_pod
+from schedmesh.mesh.shard_feed import FeedReader, ShardFeed, SharedFeed, encode_node, encode_pod
 from schedmesh.scheduling.cycle import Diagnosis
 from schedmesh.security.credentials import TLSFiles, channel
 from schedmesh.telemetry import inject_grpc_metadata
@@ -66,10 +66,8 @@ class FanOutEvaluator(ReplicaEvaluator):
         self._encoded_nodes: dict[str, tuple[object, bytes]] = {}
         # Shard i of n is sent its own nodes' pods and other nodes' pods with affinity terms: it
         # is asked about node-local pods only (others are evaluated here).
-        self.filter_feeds = [ShardFeed(self._encode_once, self._encode_node_once, i, len(self.filter_stubs))
-                             for i in range(len(self.filter_stubs))]
-        self.score_feeds = [ShardFeed(self._encode_once, self._encode_node_once, i, len(self.score_stubs))
-                            for i in range(len(self.score_stubs))]
+        # Filter shard i and score shard i of as many own the same nodes: one feed, read by both.
+        self.filter_feeds, self.score_feeds = self._feeds(len(self.filter_stubs), len(self.score_stubs))
         # Blocking calls on long-lived threads: grpc's `.future()` starts a channel spin
         # thread for a call when none is running, which cost milliseconds per fan-out.
         # Twice the shards: a batch being prepared and a pod asking alone may overlap.
@@ -81,6 +79,15 @@ class FanOutEvaluator(ReplicaEvaluator):
         # shows both.
         self.batch_phases = dict.fromkeys(("view", "encode", "filter_rpc", "merge", "score_rpc"), 0.0)
         self.batch_local_rows = 0
+
+    def _feeds(self, filters: int, scores: int) -> tuple[list[FeedReader], list[FeedReader]]:
+        def shared(i: int, n: int, readers: int) -> SharedFeed:
+            return SharedFeed(ShardFeed(self._encode_once, self._encode_node_once, i, n), readers)
+        if filters == scores:
+            pairs = [shared(i, filters, 2).readers for i in range(filters)]
+            return [p[0] for p in pairs], [p[1] for p in pairs]
+        return ([shared(i, filters, 1).readers[0] for i in range(filters)],
+                [shared(i, scores, 1).readers[0] for i in range(scores)])
 
     def _encode_once(self, pod) -> bytes:
         return _once(self._encoded, pod.meta.uid, pod, self._encode, 8192)
@@ -104,7 +111,7 @@ class FanOutEvaluator(ReplicaEvaluator):
                     if not feed.pending(snapshot):
                         continue
                     req = spb.BatchRequest(view=self.view_fn(), order_digest=snapshot.cols.order_digest)
-                    feed.take(snapshot, req.view.shard_feed)
+                    feed.take(snapshot, req.view)
                 try:
                     getattr(stub, method)(req, timeout=self.timeout)
                 except grpc.RpcError as e:
@@ -129,14 +136,14 @@ class FanOutEvaluator(ReplicaEvaluator):
         for ch in self._channels:
             ch.close()
 
-    def _send(self, stubs: list, feeds: list[ShardFeed], method: str, request, snapshot, md) -> list:
+    def _send(self, stubs: list, feeds: list[FeedReader], method: str, request, snapshot, md) -> list:
         """`request` to every shard, each with its feed (taken now: call under the lock the
         snapshot's writers take); the calls in flight, for `_gather`."""
         calls = []
         for i, (stub, feed) in enumerate(zip(stubs, feeds)):
             req = type(request)()
             req.CopyFrom(request)
-            feed.take(snapshot, req.view.shard_feed)
+            feed.take(snapshot, req.view)
             calls.append((i, feed, self._pool.submit(getattr(stub, method), req, timeout=self.timeout, metadata=md)))
         return calls
 

@@ -98,7 +98,7 @@ class NodeShard:
                               f"as shard {feed.shard_index} of {feed.shard_count} (the caller lists its "
                               "shards in another order than their --shard indices)")
         t0 = time.perf_counter()
-        with self.cluster.at(view.shard_feed) as snap:
+        with self.cluster.at(view.shard_feed, view.earlier_shard_feeds) as snap:
             t1 = time.perf_counter()
             try:
                 return evaluate(snap)

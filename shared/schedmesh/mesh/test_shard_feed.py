@@ -11,7 +11,7 @@ import pytest
 from schedmesh.api.types import Pod, PodCondition
 from schedmesh.bench.workloads import make_node, make_pod
 from schedmesh.cache.snapshot import Snapshot
-from schedmesh.mesh.shard_feed import FedCluster, FeedRefused, ShardFeed
+from schedmesh.mesh.shard_feed import FedCluster, FeedRefused, ShardFeed, SharedFeed
 from schedmesh.v1 import scheduling_pb2 as spb
 
 
@@ -373,3 +373,127 @@ def test_templates_numbered_up_to_a_bound_then_forgotten_on_both_sides(monkeypat
     delta = take(feed, qm)
     assert list(delta.replica_templates) == [1] and not delta.pods
     assert state_of(apply(shard, delta)) == state_of(qm)
+
+
+# ---- one feed read by the filter and the score shard of the same nodes (SharedFeed) ----------
+def read(reader, qm: Snapshot) -> spb.ClusterView:
+    view = spb.ClusterView()
+    reader.take(qm, view)
+    return view
+
+
+def apply_view(shard: FedCluster, view: spb.ClusterView) -> Snapshot:
+    with shard.at(view.shard_feed, view.earlier_shard_feeds) as snap:
+        return snap
+
+
+def starts_whole(view: spb.ClusterView) -> bool:
+    """Whether the first feed a request carries is the whole cluster (and only that one is)."""
+    feeds = [spb.ShardFeed.FromString(b) for b in view.earlier_shard_feeds] + [view.shard_feed]
+    return feeds[0].from_generation == 0 and all(f.from_generation for f in feeds[1:])
+
+
+def sent_in(view: spb.ClusterView) -> int:
+    feeds = [spb.ShardFeed.FromString(b) for b in view.earlier_shard_feeds] + [view.shard_feed]
+    return sum(pods_sent(f) for f in feeds)
+
+
+def test_two_shards_of_the_same_nodes_read_one_feed_each_change_taken_once():
+    qm = cluster()
+    shared = SharedFeed(ShardFeed(), readers=2)
+    filter_reader, score_reader = shared.readers
+    filter_shard, score_shard = FedCluster(), FedCluster()
+    first = read(filter_reader, qm)
+    assert first.shard_feed.from_generation == 0 and not first.earlier_shard_feeds
+    assert state_of(apply_view(filter_shard, first)) == state_of(qm)
+    # The score shard's first request: the whole cluster its twin was sent, then the change since.
+    qm.add_pod(make_pod("a"), "node-00000")
+    view = read(score_reader, qm)
+    assert len(view.earlier_shard_feeds) == 1 and view.shard_feed.from_generation == first.shard_feed.generation
+    assert sent_in(view) == 12 + 1
+    assert state_of(apply_view(score_shard, view)) == state_of(qm)
+    # Runs: the filter feed taken, then the score feed; each pod goes into one feed only.
+    sent = 0
+    for k in range(3):
+        qm.add_pod(make_pod(f"f{k}"), f"node-0000{k}")
+        view = read(filter_reader, qm)
+        assert len(view.earlier_shard_feeds) == 1  # what the score shard was sent last
+        sent += pods_sent(view.shard_feed)
+        assert state_of(apply_view(filter_shard, view)) == state_of(qm)
+        qm.add_pod(make_pod(f"s{k}"), f"node-0000{k + 3}")
+        view = read(score_reader, qm)
+        sent += pods_sent(view.shard_feed)
+        assert state_of(apply_view(score_shard, view)) == state_of(qm)
+    assert sent == 6
+    assert len(shared._log) == 1  # only what the filter shard has not had yet
+
+
+def test_a_shard_left_unasked_is_sent_every_feed_it_missed_then_the_whole_cluster_past_the_log():
+    qm = cluster()
+    shared = SharedFeed(ShardFeed(), readers=2)
+    busy, idle = shared.readers
+    busy_shard, idle_shard = FedCluster(), FedCluster()
+    apply_view(busy_shard, read(busy, qm))
+    apply_view(idle_shard, read(idle, qm))
+    for k in range(5):
+        qm.add_pod(make_pod(f"p{k}"), "node-00008")
+        apply_view(busy_shard, read(busy, qm))
+    assert idle.pending(qm)
+    view = read(idle, qm)
+    assert len(view.earlier_shard_feeds) == 5
+    assert state_of(apply_view(idle_shard, view)) == state_of(qm)
+    # More feeds waiting than the log keeps: every reader is sent the whole cluster next.
+    shared.LOG_MAX = 3
+    for k in range(4):
+        qm.add_pod(make_pod(f"q{k}"), "node-00007")
+        apply_view(busy_shard, read(busy, qm))
+    for reader, shard in ((busy, busy_shard), (idle, idle_shard)):  # (the second after its twin's)
+        view = read(reader, qm)
+        assert starts_whole(view) and len(view.earlier_shard_feeds) == (reader is idle)
+        assert state_of(apply_view(shard, view)) == state_of(qm)
+
+
+def test_a_failed_call_sends_both_shards_the_whole_cluster():
+    qm = cluster()
+    shared = SharedFeed(ShardFeed(), readers=2)
+    a, b = shared.readers
+    shard_a, shard_b = FedCluster(wait_timeout=0.1), FedCluster(wait_timeout=0.1)
+    apply_view(shard_a, read(a, qm))
+    apply_view(shard_b, read(b, qm))
+    qm.add_pod(make_pod("lost"), "node-00000")
+    read(a, qm)  # its call fails: shard a may not have applied it
+    a.reset()
+    qm.add_pod(make_pod("next"), "node-00001")
+    for reader, shard in ((b, shard_b), (a, shard_a)):
+        view = read(reader, qm)
+        assert starts_whole(view) and len(view.earlier_shard_feeds) == (reader is a)
+        assert state_of(apply_view(shard, view)) == state_of(qm)
+
+
+def test_a_shard_refuses_feeds_that_skip_one_it_was_never_sent():
+    qm = cluster()
+    shared = SharedFeed(ShardFeed(), readers=2)
+    a, b = shared.readers
+    shard_b = FedCluster(wait_timeout=0.1)
+    apply_view(shard_b, read(b, qm))
+    qm.add_pod(make_pod("x"), "node-00000")
+    read(a, qm)
+    view = read(b, qm)
+    del view.earlier_shard_feeds[:]  # the feed shard a was sent, lost on the way to b
+    with pytest.raises(FeedRefused, match="does not follow"):
+        apply_view(shard_b, view)
+    view.earlier_shard_feeds.append(b"\xff\xff")
+    with pytest.raises(FeedRefused, match="does not decode"):
+        apply_view(shard_b, view)
+
+
+def test_a_feed_with_one_reader_keeps_no_log():
+    qm = cluster()
+    shared = SharedFeed(ShardFeed(), readers=1)
+    (only,) = shared.readers
+    shard = FedCluster()
+    apply_view(shard, read(only, qm))
+    qm.add_pod(make_pod("a"), "node-00000")
+    view = read(only, qm)
+    assert not view.earlier_shard_feeds and not shared._log
+    assert state_of(apply_view(shard, view)) == state_of(qm)
