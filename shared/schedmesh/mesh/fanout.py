@@ -82,7 +82,7 @@ class FanOutEvaluator(ReplicaEvaluator):
 
     def _feeds(self, filters: int, scores: int) -> tuple[list[FeedReader], list[FeedReader]]:
         def shared(i: int, n: int, readers: int) -> SharedFeed:
-            return SharedFeed(ShardFeed(self._encode_once, self._encode_node_once, i, n), readers)
+            return SharedFeed(lambda: ShardFeed(self._encode_once, self._encode_node_once, i, n), readers)
         if filters == scores:
             pairs = [shared(i, filters, 2).readers for i in range(filters)]
             return [p[0] for p in pairs], [p[1] for p in pairs]
@@ -113,7 +113,7 @@ class FanOutEvaluator(ReplicaEvaluator):
                     req = spb.BatchRequest(view=self.view_fn(), order_digest=snapshot.cols.order_digest)
                     feed.take(snapshot, req.view)
                 try:
-                    getattr(stub, method)(req, timeout=self.timeout)
+                    feed.confirm(getattr(stub, method)(req, timeout=self.timeout).reads_earlier_feeds)
                 except grpc.RpcError as e:
                     feed.reset()
                     batching.log.debug("feeding an idle shard failed (%s); the next request sends the cluster",
@@ -152,6 +152,7 @@ class FanOutEvaluator(ReplicaEvaluator):
         for shard, feed, fut in calls:
             try:
                 out.append(fut.result())
+                feed.confirm(out[-1].reads_earlier_feeds)
             except grpc.RpcError as e:
                 feed.reset()  # it may not have applied its feed: the whole cluster next time
                 failed = failed or PluginError(Status(Code.ERROR, (f"shard {shard} failed: {e.code().name}: "

@@ -118,7 +118,7 @@ class NodeShard:
         return self._evaluate(req.view, lambda snap: self._filter(fw, req, pod, snap))
 
     def _filter(self, fw: Framework, req: spb.FilterRequest, pod, snap) -> spb.FilterResponse:
-        resp = spb.FilterResponse(shard=self.name)
+        resp = spb.FilterResponse(shard=self.name, reads_earlier_feeds=True)
         state = CycleState()
         pre_res, st, narrowing = fw.run_pre_filter(state, pod, snap)
         resp.prefilter_narrowing_plugins.extend(sorted(narrowing))
@@ -177,7 +177,7 @@ class NodeShard:
         fw.run_pre_score(state, pod, snap, all_rows[known])
         mine_pos = np.flatnonzero(known & self._my_mask(snap)[np.where(known, all_rows, 0)])
         raw = fw.run_raw_score(state, pod, snap, all_rows[mine_pos])
-        resp = spb.ScoreResponse(shard=self.name, positions=mine_pos.tolist())
+        resp = spb.ScoreResponse(shard=self.name, positions=mine_pos.tolist(), reads_earlier_feeds=True)
         for plugin, arr in raw.items():
             resp.scores.add(plugin=plugin, raw=arr.tolist())
         return resp
@@ -193,7 +193,7 @@ class NodeShard:
         kube's node order over all shards' answers), each pod on the same cluster."""
         def evaluate(snap) -> spb.FilterBatchResponse:
             self._check_order(req, snap)
-            resp = spb.FilterBatchResponse(shard=self.name)
+            resp = spb.FilterBatchResponse(shard=self.name, reads_earlier_feeds=True)
             mine = self._my_mask(snap)
             nominator = RequestNominator(req.view.nominated)
             for bp in req.pods:
@@ -240,7 +240,7 @@ class NodeShard:
         """Raw Score of every pod of the batch on the requested rows this shard owns."""
         def evaluate(snap) -> spb.ScoreBatchResponse:
             self._check_order(req, snap)
-            resp = spb.ScoreBatchResponse(shard=self.name)
+            resp = spb.ScoreBatchResponse(shard=self.name, reads_earlier_feeds=True)
             mine = self._my_mask(snap)
             for bp in req.pods:
                 with _pod_span("score", bp):

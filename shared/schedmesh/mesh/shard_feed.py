@@ -212,19 +212,30 @@ class ShardFeed:
 class SharedFeed:
     """One ShardFeed read by several shards of the same nodes (shard i of n among the filter
     workers and among the score workers): each change is taken, and each pod encoded into a feed,
-    once for both instead of once per shard (the takes were half of preparing a run with 4 + 4).
+    once for all of them instead of once per shard (the takes were half of preparing a run with
+    4 + 4).
 
     Every request still takes a feed (its shard then answers on the cluster as it is now); a
     reader is sent, before it, the feeds its twins' requests carried since its own last one
     (`ClusterView.earlier_shard_feeds`), kept serialized until every reader has had them. A
     reader whose call failed (it may not have applied what it was sent) resets the feed: every
     reader is sent the whole cluster next, as is every reader when more than LOG_MAX feeds wait
-    for one that is not asked (the caller feeds a reader left idle for a second, keep_fed)."""
+    for one that is not asked (the caller feeds a reader left idle for a second, keep_fed).
+
+    Shards say in each answer whether they apply earlier feeds (`reads_earlier_feeds`; a shard of
+    an older version ignores them and would refuse every feed that follows one it was not sent).
+    Until every reader has said so, each reads a feed of its own, as before; the readers switch
+    together, each sent the whole cluster once, and back if a reader stops saying so (a shard
+    rolled back)."""
 
     LOG_MAX = 4096
 
-    def __init__(self, feed: ShardFeed, readers: int = 1) -> None:
-        self.feed = feed
+    def __init__(self, make_feed: Callable[[], ShardFeed], readers: int = 1) -> None:
+        self.feed = make_feed()
+        # each reader's own feed while not every reader applies earlier feeds
+        self._own = [make_feed() for _ in range(readers)] if readers > 1 else []
+        self._reads_earlier = [False] * readers
+        self.sharing = readers == 1  # (a single reader's own feed is the shared one, with no log)
         self._log: list[tuple[int, bytes]] = []  # (generation, serialized feed) not yet sent to every reader
         self._cursor = [0] * readers  # per reader: the generation of the last feed it was sent
         self._lock = threading.Lock()
@@ -234,9 +245,11 @@ class SharedFeed:
         """Fill `view` with the feed of `reader`'s request (under the lock the snapshot's writers take)."""
         with self._lock:
             out = view.shard_feed
+            if not self.sharing:
+                self._own[reader].take(snapshot, out)
+                return
             self.feed.take(snapshot, out)
             if len(self._cursor) == 1:
-                self._cursor[0] = out.generation
                 return
             cursor = self._cursor[reader]
             if out.from_generation == 0:
@@ -251,14 +264,34 @@ class SharedFeed:
             if len(self._log) > self.LOG_MAX:
                 self._reset()
 
+    def confirm(self, reader: int, reads_earlier: bool) -> None:
+        """What `reader`'s shard said in an answer: share the feed once every reader applies
+        earlier feeds, stop when one does not."""
+        if reads_earlier == self._reads_earlier[reader]:
+            return
+        with self._lock:
+            self._reads_earlier[reader] = reads_earlier
+            sharing = all(self._reads_earlier)
+            if sharing != self.sharing and self._own:
+                self.sharing = sharing
+                self._reset()  # (whichever feed comes next starts with the whole cluster)
+                for own in self._own:
+                    own.reset()
+
     def pending(self, reader: int, snapshot: Snapshot) -> bool:
         """Whether `reader`'s next feed would carry anything."""
+        if not self.sharing:
+            return self._own[reader].pending(snapshot)
         return self._cursor[reader] < self.feed.generation or self.feed.pending(snapshot)
 
-    def reset(self) -> None:
-        """A reader may not have applied what it was sent: every reader is sent the whole cluster next."""
+    def reset(self, reader: int) -> None:
+        """`reader` may not have applied what it was sent: it is sent the whole cluster next
+        (with a shared feed, every reader is)."""
         with self._lock:
-            self._reset()
+            if self.sharing:
+                self._reset()
+            else:
+                self._own[reader].reset()
 
     def _reset(self) -> None:
         self._log.clear()
@@ -276,11 +309,14 @@ class FeedReader:
         self.shared.take(self.index, snapshot, view)
         self.sent_at = time.monotonic()
 
+    def confirm(self, reads_earlier: bool) -> None:
+        self.shared.confirm(self.index, reads_earlier)
+
     def pending(self, snapshot: Snapshot) -> bool:
         return self.shared.pending(self.index, snapshot)
 
     def reset(self) -> None:
-        self.shared.reset()
+        self.shared.reset(self.index)
 
 
 class FeedRefused(Exception):

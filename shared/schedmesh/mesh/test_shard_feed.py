@@ -376,6 +376,15 @@ def test_templates_numbered_up_to_a_bound_then_forgotten_on_both_sides(monkeypat
 
 
 # ---- one feed read by the filter and the score shard of the same nodes (SharedFeed) ----------
+def sharing(readers: int) -> SharedFeed:
+    """A feed whose readers' shards all said they apply earlier feeds."""
+    shared = SharedFeed(ShardFeed, readers)
+    for r in shared.readers:
+        r.confirm(True)
+    assert shared.sharing
+    return shared
+
+
 def read(reader, qm: Snapshot) -> spb.ClusterView:
     view = spb.ClusterView()
     reader.take(qm, view)
@@ -400,7 +409,7 @@ def sent_in(view: spb.ClusterView) -> int:
 
 def test_two_shards_of_the_same_nodes_read_one_feed_each_change_taken_once():
     qm = cluster()
-    shared = SharedFeed(ShardFeed(), readers=2)
+    shared = sharing(2)
     filter_reader, score_reader = shared.readers
     filter_shard, score_shard = FedCluster(), FedCluster()
     first = read(filter_reader, qm)
@@ -430,7 +439,7 @@ def test_two_shards_of_the_same_nodes_read_one_feed_each_change_taken_once():
 
 def test_a_shard_left_unasked_is_sent_every_feed_it_missed_then_the_whole_cluster_past_the_log():
     qm = cluster()
-    shared = SharedFeed(ShardFeed(), readers=2)
+    shared = sharing(2)
     busy, idle = shared.readers
     busy_shard, idle_shard = FedCluster(), FedCluster()
     apply_view(busy_shard, read(busy, qm))
@@ -455,7 +464,7 @@ def test_a_shard_left_unasked_is_sent_every_feed_it_missed_then_the_whole_cluste
 
 def test_a_failed_call_sends_both_shards_the_whole_cluster():
     qm = cluster()
-    shared = SharedFeed(ShardFeed(), readers=2)
+    shared = sharing(2)
     a, b = shared.readers
     shard_a, shard_b = FedCluster(wait_timeout=0.1), FedCluster(wait_timeout=0.1)
     apply_view(shard_a, read(a, qm))
@@ -472,7 +481,7 @@ def test_a_failed_call_sends_both_shards_the_whole_cluster():
 
 def test_a_shard_refuses_feeds_that_skip_one_it_was_never_sent():
     qm = cluster()
-    shared = SharedFeed(ShardFeed(), readers=2)
+    shared = sharing(2)
     a, b = shared.readers
     shard_b = FedCluster(wait_timeout=0.1)
     apply_view(shard_b, read(b, qm))
@@ -489,7 +498,7 @@ def test_a_shard_refuses_feeds_that_skip_one_it_was_never_sent():
 
 def test_a_feed_with_one_reader_keeps_no_log():
     qm = cluster()
-    shared = SharedFeed(ShardFeed(), readers=1)
+    shared = SharedFeed(ShardFeed, readers=1)
     (only,) = shared.readers
     shard = FedCluster()
     apply_view(shard, read(only, qm))
@@ -497,3 +506,35 @@ def test_a_feed_with_one_reader_keeps_no_log():
     view = read(only, qm)
     assert not view.earlier_shard_feeds and not shared._log
     assert state_of(apply_view(shard, view)) == state_of(qm)
+
+
+def test_twins_share_the_feed_only_once_both_shards_apply_earlier_feeds():
+    qm = cluster()
+    shared = SharedFeed(ShardFeed, readers=2)
+    a, b = shared.readers
+    shard_a, shard_b = FedCluster(wait_timeout=0.1), FedCluster(wait_timeout=0.1)
+    # Until both said so (a shard of an older version ignores earlier feeds), each its own feed.
+    for reader, shard in ((a, shard_a), (b, shard_b)):
+        view = read(reader, qm)
+        assert view.shard_feed.from_generation == 0 and not view.earlier_shard_feeds
+        assert state_of(apply_view(shard, view)) == state_of(qm)
+    a.confirm(True)
+    qm.add_pod(make_pod("x"), "node-00000")
+    views = [read(a, qm), read(b, qm)]
+    assert not shared.sharing and not any(v.earlier_shard_feeds for v in views)
+    assert all(pods_sent(v.shard_feed) == 1 for v in views)  # the change taken once for each
+    assert all(state_of(apply_view(s, v)) == state_of(qm) for s, v in zip((shard_a, shard_b), views))
+    b.confirm(True)  # both: one feed from now on, starting with the whole cluster for each
+    assert shared.sharing
+    qm.add_pod(make_pod("y"), "node-00001")
+    first, second = read(a, qm), read(b, qm)
+    assert starts_whole(first) and not first.earlier_shard_feeds and starts_whole(second)
+    assert state_of(apply_view(shard_a, first)) == state_of(qm)
+    assert state_of(apply_view(shard_b, second)) == state_of(qm)
+    b.confirm(False)  # shard b rolled back: each its own feed again, the whole cluster first
+    assert not shared.sharing
+    qm.add_pod(make_pod("z"), "node-00002")
+    for reader, shard in ((a, shard_a), (b, shard_b)):
+        view = read(reader, qm)
+        assert view.shard_feed.from_generation == 0 and not view.earlier_shard_feeds
+        assert state_of(apply_view(shard, view)) == state_of(qm)
