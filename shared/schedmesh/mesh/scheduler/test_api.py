@@ -6,6 +6,7 @@ line and are never published."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import itertools
 import threading
 import time
@@ -145,6 +146,31 @@ def test_a_large_manifest_is_read_in_the_worker_process_as_it_is_here(worker_pro
     s = servicer(worker_min_chars=0)
     s.qm.admission = worker_process
     assert len(apply(s, manifest).applied) == 401 and len(published_pods(s)) == 400
+
+
+def _pipe_sizes() -> list[int]:
+    """(Run in the worker) the sizes of the pipes it holds."""
+    import fcntl
+    import os
+    import stat
+    sizes = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if stat.S_ISFIFO(os.fstat(int(name)).st_mode):
+                sizes.append(fcntl.fcntl(int(name), fcntl.F_GETPIPE_SZ))
+        except OSError:
+            pass
+    return sizes
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe sizes are Linux's (F_SETPIPE_SZ)")
+def test_the_worker_process_talks_through_pipes_a_large_apply_crosses_in_one_write(
+        worker_process: admission.Admission) -> None:
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        if int(f.read()) < admission.PIPE_BYTES:
+            pytest.skip("this machine caps pipes below 1 MiB")
+    sizes = asyncio.run(worker_process._in_worker(_pipe_sizes))
+    assert sizes and admission.PIPE_BYTES in sizes and 65536 not in sizes, sizes
 
 
 def test_a_dead_worker_process_is_replaced() -> None:
