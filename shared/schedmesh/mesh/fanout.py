@@ -29,6 +29,7 @@ import grpc
 import numpy as np
 
 from schedmesh.api import convert
+from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.interface import Code, CycleState, PluginError, Status
 from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh import batch as batching
@@ -102,7 +103,9 @@ class FanOutEvaluator(ReplicaEvaluator):
         a few changes, not the backlog, and a restarted shard is fed before it is needed."""
         plans = [(stub, feed, "FilterBatch") for stub, feed in zip(self.filter_stubs, self.filter_feeds)]
         plans += [(stub, feed, "ScoreBatch") for stub, feed in zip(self.score_stubs, self.score_feeds)]
+        self._probe(plans)  # at once: before the cluster is sent, each shard says what feeds it reads
         while plans and not stop.wait(idle / 2):
+            self._probe(plans)
             for stub, feed, method in plans:
                 if time.monotonic() - feed.sent_at < idle:
                     continue
@@ -118,6 +121,19 @@ class FanOutEvaluator(ReplicaEvaluator):
                     feed.reset()
                     batching.log.debug("feeding an idle shard failed (%s); the next request sends the cluster",
                                        e.code().name)
+
+    def _probe(self, plans) -> None:
+        """Ask each shard that has not answered yet, with a feed of an empty cluster, whether it
+        applies earlier feeds (SharedFeed.probe)."""
+        empty = Snapshot().cols.order_digest
+        for stub, feed, method in plans:
+            req = spb.BatchRequest(view=self.view_fn(), order_digest=empty)
+            if not feed.probe(req.view):
+                continue
+            try:
+                feed.confirm(getattr(stub, method)(req, timeout=self.timeout).reads_earlier_feeds)
+            except grpc.RpcError:
+                feed.reset()  # (not up yet: asked again next time)
 
     @property
     def sharded(self) -> bool:

@@ -234,7 +234,7 @@ class SharedFeed:
         self.feed = make_feed()
         # each reader's own feed while not every reader applies earlier feeds
         self._own = [make_feed() for _ in range(readers)] if readers > 1 else []
-        self._reads_earlier = [False] * readers
+        self._said: list[Optional[bool]] = [None] * readers  # each reader's shard's reads_earlier_feeds, once heard
         self.sharing = readers == 1  # (a single reader's own feed is the shared one, with no log)
         self._log: list[tuple[int, bytes]] = []  # (generation, serialized feed) not yet sent to every reader
         self._cursor = [0] * readers  # per reader: the generation of the last feed it was sent
@@ -264,14 +264,26 @@ class SharedFeed:
             if len(self._log) > self.LOG_MAX:
                 self._reset()
 
+    def probe(self, reader: int, view: spb.ClusterView) -> bool:
+        """Whether `reader`'s shard has not said yet whether it applies earlier feeds; if so
+        `view` gets a feed of an empty cluster for it: asked before it is fed (the caller's idle
+        feeding does so at once), the shard says so before the cluster is sent, and is sent the
+        whole cluster once, not once per feed (a second whole cluster cost each of 4 + 4 shards
+        about 24 MiB of peak memory)."""
+        with self._lock:
+            if self.sharing or self._said[reader] is not None:
+                return False
+            self._own[reader].take(Snapshot(), view.shard_feed)
+            return True
+
     def confirm(self, reader: int, reads_earlier: bool) -> None:
         """What `reader`'s shard said in an answer: share the feed once every reader applies
         earlier feeds, stop when one does not."""
-        if reads_earlier == self._reads_earlier[reader]:
+        if reads_earlier is self._said[reader]:
             return
         with self._lock:
-            self._reads_earlier[reader] = reads_earlier
-            sharing = all(self._reads_earlier)
+            self._said[reader] = reads_earlier
+            sharing = all(self._said)
             if sharing != self.sharing and self._own:
                 self.sharing = sharing
                 self._reset()  # (whichever feed comes next starts with the whole cluster)
@@ -308,6 +320,9 @@ class FeedReader:
     def take(self, snapshot: Snapshot, view: spb.ClusterView) -> None:
         self.shared.take(self.index, snapshot, view)
         self.sent_at = time.monotonic()
+
+    def probe(self, view: spb.ClusterView) -> bool:
+        return self.shared.probe(self.index, view)
 
     def confirm(self, reads_earlier: bool) -> None:
         self.shared.confirm(self.index, reads_earlier)

@@ -538,3 +538,27 @@ def test_twins_share_the_feed_only_once_both_shards_apply_earlier_feeds():
         view = read(reader, qm)
         assert view.shard_feed.from_generation == 0 and not view.earlier_shard_feeds
         assert state_of(apply_view(shard, view)) == state_of(qm)
+
+
+def test_shards_asked_first_with_an_empty_cluster_are_sent_the_whole_cluster_once():
+    qm = cluster()
+    shared = SharedFeed(ShardFeed, readers=2)
+    shards = {r: FedCluster() for r in shared.readers}
+    got: dict = {r: [] for r in shared.readers}  # every feed each shard was sent
+
+    def send(reader, view: spb.ClusterView) -> Snapshot:
+        got[reader] += [spb.ShardFeed.FromString(b) for b in view.earlier_shard_feeds] + [view.shard_feed]
+        return apply_view(shards[reader], view)
+
+    for r in shared.readers:  # what the idle feeder does first: an empty cluster, answered
+        view = spb.ClusterView()
+        assert r.probe(view) and not view.shard_feed.node_ops and not view.shard_feed.pods
+        assert not send(r, view).node_info_list
+        r.confirm(True)
+    assert shared.sharing and not any(r.probe(spb.ClusterView()) for r in shared.readers)
+    for k in range(3):
+        qm.add_pod(make_pod(f"p{k}"), "node-00003")
+        for r in shared.readers:
+            assert state_of(send(r, read(r, qm))) == state_of(qm)
+    for r in shared.readers:  # the cluster's nine nodes sent to each shard once
+        assert sum(len(f.node_ops) for f in got[r]) == 9, [len(f.node_ops) for f in got[r]]
