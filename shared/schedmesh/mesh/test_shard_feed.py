@@ -402,6 +402,15 @@ def starts_whole(view: spb.ClusterView) -> bool:
     return feeds[0].from_generation == 0 and all(f.from_generation for f in feeds[1:])
 
 
+def both_sent_the_whole_cluster(qm: Snapshot, first: tuple, second: tuple) -> None:
+    """The next request of each of two twins (reader, shard), in this order, starts with the whole
+    cluster: the first's as its own feed, the second's as the earlier feed its twin was sent."""
+    for reader, shard in (first, second):
+        view = read(reader, qm)
+        assert starts_whole(view) and len(view.earlier_shard_feeds) == (reader is second[0])
+        assert state_of(apply_view(shard, view)) == state_of(qm)
+
+
 def sent_in(view: spb.ClusterView) -> int:
     feeds = [spb.ShardFeed.FromString(b) for b in view.earlier_shard_feeds] + [view.shard_feed]
     return sum(pods_sent(f) for f in feeds)
@@ -456,10 +465,7 @@ def test_a_shard_left_unasked_is_sent_every_feed_it_missed_then_the_whole_cluste
     for k in range(4):
         qm.add_pod(make_pod(f"q{k}"), "node-00007")
         apply_view(busy_shard, read(busy, qm))
-    for reader, shard in ((busy, busy_shard), (idle, idle_shard)):  # (the second after its twin's)
-        view = read(reader, qm)
-        assert starts_whole(view) and len(view.earlier_shard_feeds) == (reader is idle)
-        assert state_of(apply_view(shard, view)) == state_of(qm)
+    both_sent_the_whole_cluster(qm, (busy, busy_shard), (idle, idle_shard))
 
 
 def test_a_failed_call_sends_both_shards_the_whole_cluster():
@@ -473,10 +479,7 @@ def test_a_failed_call_sends_both_shards_the_whole_cluster():
     read(a, qm)  # its call fails: shard a may not have applied it
     a.reset()
     qm.add_pod(make_pod("next"), "node-00001")
-    for reader, shard in ((b, shard_b), (a, shard_a)):
-        view = read(reader, qm)
-        assert starts_whole(view) and len(view.earlier_shard_feeds) == (reader is a)
-        assert state_of(apply_view(shard, view)) == state_of(qm)
+    both_sent_the_whole_cluster(qm, (b, shard_b), (a, shard_a))
 
 
 def test_a_shard_refuses_feeds_that_skip_one_it_was_never_sent():
