@@ -100,6 +100,9 @@ class ShardFeed:
             if self._snapshot is not None and self._changes is not None:
                 self._snapshot.unwatch(self._changes)
             self._snapshot = self._changes = None
+            # (what the shard was sent: the next take starts it again; a feed left unused, as a
+            # SharedFeed's own ones once its readers share, holds no pods meanwhile)
+            self._sent, self._rows, self._templates = {}, {}, {}
 
     def pending(self, snapshot: Snapshot) -> bool:
         """Whether the next feed would carry anything (the whole cluster, or changes)."""

@@ -76,6 +76,22 @@ _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else N
 PIPE_BYTES = 1 << 20  # /proc/sys/fs/pipe-max-size's default: what any process may ask for
 
 
+def _pipes() -> list[int]:
+    """This process's pipes (their file descriptors; none where /proc is not Linux's)."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    fds = []
+    for name in names:
+        try:
+            if stat.S_ISFIFO(os.fstat(int(name)).st_mode):
+                fds.append(int(name))
+        except OSError:
+            pass  # closed meanwhile (listdir's own)
+    return fds
+
+
 def _widen_pipes() -> None:
     """Widen the pipes this worker talks to the queue-manager through (its only pipes but for
     inherited stdio) from 64 KiB to 1 MiB: a 500-pod manifest or its pickled objects then cross in
@@ -84,13 +100,11 @@ def _widen_pipes() -> None:
     encoding's records came back in 1.5 ms instead of 9.6, an admission's objects in 13 instead of 18.5)."""
     if _F_SETPIPE_SZ is None:
         return
-    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+    for fd in _pipes():
         try:
-            fd = int(name)
-            if stat.S_ISFIFO(os.fstat(fd).st_mode):
-                fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_BYTES)
-        except (OSError, ValueError):
-            pass  # closed meanwhile (listdir's own fd), or a limit lower than the default: kept as is
+            fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            pass  # a limit lower than the default: kept as is
 
 
 class Admission:

@@ -151,16 +151,7 @@ def test_a_large_manifest_is_read_in_the_worker_process_as_it_is_here(worker_pro
 def _pipe_sizes() -> list[int]:
     """(Run in the worker) the sizes of the pipes it holds."""
     import fcntl
-    import os
-    import stat
-    sizes = []
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            if stat.S_ISFIFO(os.fstat(int(name)).st_mode):
-                sizes.append(fcntl.fcntl(int(name), fcntl.F_GETPIPE_SZ))
-        except OSError:
-            pass
-    return sizes
+    return [fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) for fd in admission._pipes()]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe sizes are Linux's (F_SETPIPE_SZ)")
