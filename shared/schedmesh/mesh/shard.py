@@ -90,15 +90,16 @@ class NodeShard:
             raise KeyError(f"no profile with schedulerName {scheduler_name!r}")
         return fw
 
-    def _evaluate(self, view: spb.ClusterView, evaluate, pods: int = 1):
-        """`evaluate(snapshot)` on the caller's snapshot as `view`'s feed gives it."""
+    def _evaluate(self, view: spb.ClusterView, evaluate, pods: int = 1, wait: bool = True):
+        """`evaluate(snapshot)` on the caller's snapshot as `view`'s feed gives it; `wait` False:
+        FeedNotReady unless the feed applies at once (FedCluster.at)."""
         feed = view.shard_feed
         if feed.shard_count and (feed.shard_count, feed.shard_index) != (self.shard_count, self.shard_index):
             raise FeedRefused(f"{self.name} is shard {self.shard_index} of {self.shard_count}, but was fed "
                               f"as shard {feed.shard_index} of {feed.shard_count} (the caller lists its "
                               "shards in another order than their --shard indices)")
         t0 = time.perf_counter()
-        with self.cluster.at(view.shard_feed, view.earlier_shard_feeds) as snap:
+        with self.cluster.at(view.shard_feed, view.earlier_shard_feeds, wait) as snap:
             t1 = time.perf_counter()
             try:
                 return evaluate(snap)
@@ -111,11 +112,11 @@ class NodeShard:
             raise ValueError(f"{self.name} holds other shards' nodes' pods with affinity terms only: "
                              f"pod {pod.meta.namespace}/{pod.meta.name} is not node-local, its caller evaluates it")
 
-    def filter(self, req: spb.FilterRequest) -> spb.FilterResponse:
+    def filter(self, req: spb.FilterRequest, wait: bool = True) -> spb.FilterResponse:
         fw = self._framework(req.scheduler_name)
         pod = convert.pod_from_proto(req.pod)
         self._only_node_local(req.view, fw, pod)
-        return self._evaluate(req.view, lambda snap: self._filter(fw, req, pod, snap))
+        return self._evaluate(req.view, lambda snap: self._filter(fw, req, pod, snap), wait=wait)
 
     def _filter(self, fw: Framework, req: spb.FilterRequest, pod, snap) -> spb.FilterResponse:
         resp = spb.FilterResponse(shard=self.name, reads_earlier_feeds=True)
@@ -162,11 +163,11 @@ class NodeShard:
             resp.failures.add(code=int(s.code), plugin=s.plugin, reasons=s.reasons, nodes=nodes)
         return resp
 
-    def score(self, req: spb.ScoreRequest) -> spb.ScoreResponse:
+    def score(self, req: spb.ScoreRequest, wait: bool = True) -> spb.ScoreResponse:
         fw = self._framework(req.scheduler_name)
         pod = convert.pod_from_proto(req.pod)
         self._only_node_local(req.view, fw, pod)
-        return self._evaluate(req.view, lambda snap: self._score(fw, req, pod, snap))
+        return self._evaluate(req.view, lambda snap: self._score(fw, req, pod, snap), wait=wait)
 
     def _score(self, fw: Framework, req: spb.ScoreRequest, pod, snap) -> spb.ScoreResponse:
         cols = snap.cols
@@ -188,7 +189,7 @@ class NodeShard:
             raise TimeoutError(f"{self.name} orders the nodes differently from the caller "
                                f"(digest {snap.cols.order_digest} != {req.order_digest}); not caught up")
 
-    def filter_batch(self, req: spb.BatchRequest) -> spb.FilterBatchResponse:
+    def filter_batch(self, req: spb.BatchRequest, wait: bool = True) -> spb.FilterBatchResponse:
         """Filter every pod of the batch on every node of this shard (no quota: the caller walks
         kube's node order over all shards' answers), each pod on the same cluster."""
         def evaluate(snap) -> spb.FilterBatchResponse:
@@ -202,7 +203,7 @@ class NodeShard:
                     self._only_node_local(req.view, fw, pod)
                     self._filter_one(resp.results.add(), fw, pod, snap, mine, nominator)
             return resp
-        return self._evaluate(req.view, evaluate, len(req.pods))
+        return self._evaluate(req.view, evaluate, len(req.pods), wait)
 
     def _filter_one(self, out: spb.PodFilterResult, fw: Framework, pod, snap, mine: np.ndarray,
                     nominator: Nominator) -> None:
@@ -236,7 +237,7 @@ class NodeShard:
         for st, rs in groups.values():
             out.failures.add(code=int(st.code), plugin=st.plugin, reasons=st.reasons, rows=rows_bytes(rs))
 
-    def score_batch(self, req: spb.BatchRequest) -> spb.ScoreBatchResponse:
+    def score_batch(self, req: spb.BatchRequest, wait: bool = True) -> spb.ScoreBatchResponse:
         """Raw Score of every pod of the batch on the requested rows this shard owns."""
         def evaluate(snap) -> spb.ScoreBatchResponse:
             self._check_order(req, snap)
@@ -249,7 +250,7 @@ class NodeShard:
                     self._score_one(resp.results.add(), fw, pod, snap, mine,
                                     np.frombuffer(bp.rows, "<i4").astype(np.int64))
             return resp
-        return self._evaluate(req.view, evaluate, len(req.pods))
+        return self._evaluate(req.view, evaluate, len(req.pods), wait)
 
     @staticmethod
     def _score_one(out: spb.PodScoreResult, fw: Framework, pod, snap, mine: np.ndarray, rows: np.ndarray) -> None:

@@ -342,6 +342,11 @@ class FeedRefused(Exception):
     sends the whole cluster again."""
 
 
+class FeedNotReady(Exception):
+    """`FedCluster.at(..., wait=False)`: the feeds do not apply at once (they follow one not
+    applied yet, carry the whole cluster, or another request holds the cluster); nothing applied."""
+
+
 class FedCluster:
     """A shard's copy of its caller's snapshot, kept by the caller's feeds (see the module)."""
 
@@ -356,19 +361,36 @@ class FedCluster:
         self.applied = 0  # feeds applied (tests, the log)
 
     @contextmanager
-    def at(self, feed: spb.ShardFeed, earlier: Sequence[bytes] = ()) -> Iterator[Snapshot]:
+    def at(self, feed: spb.ShardFeed, earlier: Sequence[bytes] = (), wait: bool = True) -> Iterator[Snapshot]:
         """The snapshot as the caller had it when it took `feed` (applied here once the feeds
         before it are: `earlier`, serialized, were sent with it), held for the caller's
-        evaluation: no other feed applies meanwhile."""
+        evaluation: no other feed applies meanwhile. `wait` False: FeedNotReady, nothing applied,
+        unless the feeds are changes that follow what this shard has and no other request holds it."""
         try:
             feeds = [spb.ShardFeed.FromString(data) for data in earlier]
         except DecodeError as e:
             raise FeedRefused(f"an earlier feed sent with feed {feed.generation} does not decode: {e}") from e
         feeds.append(feed)
-        with self._cond:
+        if not self._cond.acquire(blocking=wait):
+            raise FeedNotReady("another request holds the cluster")
+        try:
+            if not wait and not self._follow_at_once(feeds):
+                raise FeedNotReady(f"feed {feeds[0].from_generation} -> {feed.generation} does not follow "
+                                   f"this shard's {self.generation} at once")
             for f in feeds:
                 self._follow(f)
             yield self.snapshot
+        finally:
+            self._cond.release()
+
+    def _follow_at_once(self, feeds: Sequence[spb.ShardFeed]) -> bool:
+        """Whether `feeds` are changes, each following the one before, the first what this shard has."""
+        feeder, generation = self.feeder, self.generation
+        for f in feeds:
+            if f.from_generation == 0 or f.feeder != feeder or f.from_generation != generation:
+                return False
+            generation = f.generation
+        return True
 
     def _follow(self, feed: spb.ShardFeed) -> None:
         """Apply `feed` once the feeds before it are (under the condition's lock)."""

@@ -11,7 +11,7 @@ import pytest
 from schedmesh.api.types import Pod, PodCondition
 from schedmesh.bench.workloads import make_node, make_pod
 from schedmesh.cache.snapshot import Snapshot
-from schedmesh.mesh.shard_feed import FedCluster, FeedRefused, ShardFeed, SharedFeed
+from schedmesh.mesh.shard_feed import FedCluster, FeedNotReady, FeedRefused, ShardFeed, SharedFeed
 from schedmesh.v1 import scheduling_pb2 as spb
 
 
@@ -113,6 +113,41 @@ def test_feeds_apply_in_their_order():
     apply(shard, first)
     t.join(5)
     assert seen == [state_of(qm)]
+
+
+def test_without_waiting_only_changes_that_follow_at_once_apply():
+    qm, feed, shard = cluster(), ShardFeed(), FedCluster()
+    whole = take(feed, qm)
+    with pytest.raises(FeedNotReady):  # the whole cluster: not applied without waiting
+        with shard.at(whole, wait=False):
+            pass
+    assert shard.generation == 0
+    apply(shard, whole)
+    qm.add_pod(make_pod("a"), "node-00000")
+    first = take(feed, qm)
+    qm.add_pod(make_pod("b"), "node-00001")
+    second = take(feed, qm)
+    for ahead in ((second, ()), (second, (take(ShardFeed(), qm).SerializeToString(),))):
+        with pytest.raises(FeedNotReady):  # follows one not applied, or a chain that skips one
+            with shard.at(ahead[0], ahead[1], wait=False):
+                pass
+    assert shard.generation == whole.generation
+    holder_in, holder_out = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with shard._cond:
+            holder_in.set()
+            holder_out.wait(5)
+    t = threading.Thread(target=hold)
+    t.start()
+    holder_in.wait(5)
+    with pytest.raises(FeedNotReady, match="holds"):  # another request has the cluster
+        with shard.at(first, wait=False):
+            pass
+    holder_out.set()
+    t.join(5)
+    with shard.at(second, (first.SerializeToString(),), wait=False) as snap:
+        assert state_of(snap) == state_of(qm)
 
 
 def test_a_shard_that_missed_a_feed_refuses_and_the_whole_cluster_follows():

@@ -10,7 +10,7 @@ import grpc
 from schedmesh.framework.runtime import build_frameworks
 from schedmesh.mesh.runtime import ServiceProcess
 from schedmesh.mesh.shard import NodeShard
-from schedmesh.mesh.shard_feed import FedCluster, FeedRefused
+from schedmesh.mesh.shard_feed import FedCluster, FeedNotReady, FeedRefused
 from schedmesh.telemetry import metrics
 from schedmesh.v1 import scheduling_pb2_grpc as sgrpc
 
@@ -30,7 +30,14 @@ class _Servicer(sgrpc.FilterWorkerServicer, sgrpc.ScoreWorkerServicer):
     async def _call(self, fn, request, context):
         try:
             with metrics.time_shard_request(self.evaluator.name, fn.__name__):
-                return await asyncio.to_thread(fn, request)
+                try:
+                    # Changes that follow what this shard has: answered here, on the event loop
+                    # (handing a request to a thread and back cost 0.1-0.2 ms of the 0.8-1.8 it
+                    # takes). One that waits for another request's feed, or brings the whole
+                    # cluster, goes to a thread: the loop stays free to receive that feed.
+                    return fn(request, wait=False)
+                except FeedNotReady:
+                    return await asyncio.to_thread(fn, request)
         except FeedRefused as e:  # the caller sends the whole cluster next
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except TimeoutError as e:
