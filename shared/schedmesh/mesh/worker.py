@@ -32,7 +32,7 @@ class _Servicer(sgrpc.FilterWorkerServicer, sgrpc.ScoreWorkerServicer):
             with metrics.time_shard_request(self.evaluator.name, fn.__name__):
                 try:
                     # Changes that follow what this shard has: answered here, on the event loop
-                    # (handing a request to a thread and back cost 0.1-0.2 ms of the 0.8-1.8 it
+                    # (handing a request to a thread and back cost about 0.1 ms of the 0.8-2 it
                     # takes). One that waits for another request's feed, or brings the whole
                     # cluster, goes to a thread: the loop stays free to receive that feed.
                     return fn(request, wait=False)
