@@ -460,7 +460,6 @@ def run_once(args: argparse.Namespace) -> tuple[bool, dict]:
     from schedmesh.local.client import Client
     from schedmesh.local.launch import start_mesh, stop_mesh
     from schedmesh.local.supervisor import MeshError, load_state
-    from schedmesh.v1 import queue_pb2
 
     workload = build(args.workload, args.nodes, args.init_pods, args.pods, args.seed, args.unschedulable_pods)
     # Stopped by SIGTERM (a timeout, a CI job cancelled): unwind, so that the bench's mesh is stopped too.
@@ -506,7 +505,7 @@ def run_once(args: argparse.Namespace) -> tuple[bool, dict]:
         want = set(rename.values())
         deadline = time.time() + 300
         while True:
-            have = {v.node.metadata.name for v in client.call("GetNodes", queue_pb2.GetRequest(), timeout=120).nodes}
+            have = {v.node.metadata.name for v in client.list_nodes()}
             if want <= have:
                 break
             if time.time() > deadline:

@@ -234,13 +234,12 @@ class Lister:
         self.kind = "pod" if args.resource in POD_NAMES else "node"
 
     def fetch(self) -> list:
-        from schedmesh.v1 import queue_pb2
         ns = _namespace(self.args) if self.kind == "pod" else ""
         if self.kind == "pod":
-            views = self.c.call("GetPods", queue_pb2.GetRequest(namespace=ns)).pods
+            views = self.c.list_pods(ns)
             meta = lambda v: v.pod.metadata  # noqa: E731
         else:
-            views = self.c.call("GetNodes", queue_pb2.GetRequest()).nodes
+            views = self.c.list_nodes()
             meta = lambda v: v.node.metadata  # noqa: E731
         if self.args.name:
             views = [v for v in views if meta(v).name == self.args.name]
@@ -508,10 +507,10 @@ def run_describe(args: argparse.Namespace) -> int:
             d = c.call("DescribePod", queue_pb2.DescribeRequest(namespace=args.namespace, name=args.name))
             print(describe_pod(d))
             return 0
-        nodes = [v for v in c.call("GetNodes", queue_pb2.GetRequest()).nodes if v.node.metadata.name == args.name]
+        nodes = [v for v in c.list_nodes() if v.node.metadata.name == args.name]
         if not nodes:
             raise MeshError(f'nodes "{args.name}" not found')
-        pods = [v for v in c.call("GetPods", queue_pb2.GetRequest()).pods if v.pod.node_name == args.name]
+        pods = [v for v in c.list_pods() if v.pod.node_name == args.name]
         print(describe_node(nodes[0], pods))
     finally:
         c.close()

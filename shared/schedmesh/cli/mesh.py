@@ -183,8 +183,7 @@ def _decided(v) -> bool:
 
 
 def _pods_by_name(c: Client) -> dict:
-    from schedmesh.v1 import queue_pb2
-    return {v.pod.metadata.name: v.pod for v in c.call("GetPods", queue_pb2.GetRequest()).pods}
+    return {v.pod.metadata.name: v.pod for v in c.list_pods()}
 
 
 def _wait_for(c: Client, done, what: str, timeout: float) -> dict:
@@ -261,15 +260,15 @@ def run_demo(args: argparse.Namespace) -> int:
     try:  # from here on, whatever happens (`schedmesh demo | head` closes the output), the mesh goes down
         print_summary(state)
         c = Client(state)
-        nodes = c.call("GetNodes", queue_pb2.GetRequest())
+        nodes = c.list_nodes()
         deadline = time.time() + 30
-        while not nodes.nodes and time.time() < deadline:
+        while not nodes and time.time() < deadline:
             time.sleep(0.3)
-            nodes = c.call("GetNodes", queue_pb2.GetRequest())
+            nodes = c.list_nodes()
         zone = {v.node.metadata.name: v.node.metadata.labels.get("topology.kubernetes.io/zone", "-")
-                for v in nodes.nodes}
+                for v in nodes}
         print(f"\n== {len(zone)} nodes registered by the kubelet agent")
-        print(table(node_table(sorted(nodes.nodes, key=lambda v: v.node.metadata.name), wide=True)))
+        print(table(node_table(nodes, wide=True)))
         files = sorted(DEMO_DIR.glob("[0-9]*.yaml"))
         print("\n== schedmesh apply " + " ".join(f"-f {f.name}" for f in files))
         # one request: the PriorityClass is admitted together with the pod that uses it
@@ -279,7 +278,7 @@ def run_demo(args: argparse.Namespace) -> int:
         deadline = time.time() + args.timeout
         t0 = time.time()
         while True:
-            pods = [v for v in c.call("GetPods", queue_pb2.GetRequest()).pods]
+            pods = c.list_pods()
             undecided = [v for v in pods if not _decided(v)]
             if pods and not undecided:
                 break

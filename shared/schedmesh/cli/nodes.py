@@ -42,13 +42,12 @@ class PolicyClient:
                 raise PolicyRefused(int(trailing[HTTP_STATUS_KEY]), e.details() or "", causes) from None
             if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 # says what to do when the scheduler is gone, waits while its supervisor restarts it
-                self.client.call("GetNodes", _get_request())
+                self.client.call("GetNodes", _get_request())  # (a page of one: it answers, or not)
                 raise MeshError(f"{e.details() or e.code().name}; the scheduler answers now: retry") from None
             raise MeshError(e.details() or str(e.code())) from None
 
     def pods(self, namespace: str = ""):
-        from schedmesh.v1 import queue_pb2
-        return self.client.call("GetPods", queue_pb2.GetRequest(namespace=namespace)).pods
+        return self.client.list_pods(namespace)
 
     def close(self) -> None:
         self.client.close()
@@ -56,7 +55,7 @@ class PolicyClient:
 
 def _get_request():
     from schedmesh.v1 import queue_pb2
-    return queue_pb2.GetRequest()
+    return queue_pb2.GetRequest(limit=1)
 
 
 def _err(text: str) -> None:

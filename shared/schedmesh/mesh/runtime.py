@@ -49,7 +49,8 @@ from schedmesh.telemetry import (
 
 log = logging.getLogger("schedmesh.mesh")
 
-GRPC_OPTIONS = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+MAX_MESSAGE_BYTES = 64 << 20  # a gRPC message, either way, between the mesh's processes and from its clients
+GRPC_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
 
 
 def configure_logging(service: str) -> None:

@@ -720,3 +720,65 @@ def test_replicas_get_their_default_toleration_seconds_once_and_share_them() -> 
     assert first.tolerations == default_toleration_seconds([]) and len(first.tolerations) == 2
     assert all(p.tolerations is first.tolerations for p in others)
     assert [t.toleration_seconds for t in last.tolerations] == [30, 300]  # its own, defaulted apart
+
+
+def _listed_cluster() -> api.SchedulerServicer:
+    """A stand-in queue-manager whose cache holds nodes n0..n6 and pods in two namespaces."""
+    s = servicer()
+    s.qm.pending_map = dict
+    s.qm.pod_view = lambda pod, pending: queue_pb2.PodView(pod=convert.pod_to_proto(pod))
+    nodes = "".join(f"---\napiVersion: v1\nkind: Node\nmetadata: {{name: n{i}}}\n" for i in (3, 0, 6, 1, 5, 2, 4))
+    pods = "".join("---\n" + POD.format(name=name).replace("namespace: default", f"namespace: {ns}")
+                   for ns, name in (("team", "b"), ("default", "c"), ("team", "a"), ("default", "a"), ("default", "b")))
+    m = load_text(nodes + pods, "cluster.yaml")
+    for offset, (topic, _key, value) in enumerate(records.manifest_records(m, "test")):
+        s.qm.cache.apply(topic, value, offset)
+    return s
+
+
+def _pages(s: api.SchedulerServicer, method: str, field: str, limit: int, namespace: str = "") -> list[list[str]]:
+    request, pages = queue_pb2.GetRequest(namespace=namespace, limit=limit), []
+    while True:
+        page = asyncio.run(getattr(s, method)(request, Context()))
+        items = getattr(page, field)
+        pages.append([f"{v.pod.metadata.namespace}/{v.pod.metadata.name}" if field == "pods" else v.node.metadata.name
+                      for v in items])
+        if not page.continue_token:
+            return pages
+        request.continue_token = page.continue_token
+
+
+def test_nodes_and_pods_are_listed_whole_or_in_pages_by_name() -> None:
+    s = _listed_cluster()
+    assert _pages(s, "GetNodes", "nodes", 0) == [[f"n{i}" for i in range(7)]]
+    assert _pages(s, "GetNodes", "nodes", 3) == [["n0", "n1", "n2"], ["n3", "n4", "n5"], ["n6"]]
+    assert _pages(s, "GetNodes", "nodes", 7) == [[f"n{i}" for i in range(7)]]
+    assert _pages(s, "GetPods", "pods", 2) == [["default/a", "default/b"], ["default/c", "team/a"], ["team/b"]]
+    assert _pages(s, "GetPods", "pods", 1, namespace="team") == [["team/a"], ["team/b"]]
+    # The client asks page by page until the last.
+    from schedmesh.local import client as local_client
+    c = local_client.Client.__new__(local_client.Client)
+    c.call = lambda method, request: asyncio.run(getattr(s, method)(request, Context()))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(local_client, "LIST_PAGE", 2)
+        assert [v.node.metadata.name for v in c.list_nodes()] == [f"n{i}" for i in range(7)]
+        assert [v.pod.metadata.name for v in c.list_pods("default")] == ["a", "b", "c"]
+
+
+def test_a_list_too_large_for_one_message_is_refused_and_pages_are_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = _listed_cluster()
+    monkeypatch.setattr(api, "MAX_MESSAGE_BYTES", 300)
+    with pytest.raises(Aborted) as e:
+        asyncio.run(s.GetNodes(queue_pb2.GetRequest(), Context()))
+    assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "ask for pages" in e.value.details
+    assert _pages(s, "GetNodes", "nodes", 1)[-1] == ["n6"]
+
+
+@pytest.mark.parametrize("method, request_, says", [
+    ("GetNodes", queue_pb2.GetRequest(limit=-1), "limit: must not be negative"),
+    ("GetPods", queue_pb2.GetRequest(limit=2, continue_token="no-slash"), "not a pod's NAMESPACE/NAME"),
+])
+def test_a_bad_page_request_is_refused(method: str, request_: queue_pb2.GetRequest, says: str) -> None:
+    with pytest.raises(Aborted) as e:
+        asyncio.run(getattr(_listed_cluster(), method)(request_, Context()))
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and says in e.value.details
