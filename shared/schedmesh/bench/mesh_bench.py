@@ -317,6 +317,15 @@ def cpu_seconds(procs) -> dict[str, float]:
     return out
 
 
+def _procs_now(base: Optional[Path], state):
+    """The mesh's processes as its state file says now: a restarted service has a new pid."""
+    from schedmesh.local.supervisor import MeshError, load_state
+    try:
+        return load_state(base).procs
+    except MeshError:
+        return state.procs
+
+
 def cpu_ms_per_pod(before: dict[str, float], after: dict[str, float], pods: int) -> dict[str, float]:
     """CPU milliseconds per scheduled pod of each process over the measured phase, and their total:
     where the time goes, in every run's JSON."""
@@ -551,7 +560,8 @@ def run_once(args: argparse.Namespace) -> tuple[bool, dict]:
         log(f"bench: submitting {len(docs)} pods in batches of {args.batch}"
             + ("" if args.rate > 0 else f", {args.apply_concurrency} Applies in flight at most"))
         submitted: dict[str, float] = {}
-        cpu_before = cpu_seconds(state.procs)
+        procs_before = _procs_now(base, state)  # (a service restarted while the mesh started has a new pid)
+        cpu_before = cpu_seconds(procs_before)
         t0 = time.time()
         if args.rate > 0:
             # One Apply every 20 ms carrying the pods due by then, sent on schedule whatever the
@@ -583,7 +593,13 @@ def run_once(args: argparse.Namespace) -> tuple[bool, dict]:
             sys.stderr.write("\n")
         if watcher.error:
             raise MeshError(f"watching schedmesh.pods failed: {watcher.error}")
-        cpu_after = cpu_seconds(state.procs)
+        procs_after = _procs_now(base, state)
+        cpu_after = cpu_seconds(procs_after)
+        restarts_before = {p.name: p.restarts for p in procs_before}
+        restarted = sorted(p.name for p in procs_after if p.restarts > restarts_before.get(p.name, p.restarts))
+        if restarted:
+            log(f"bench: restarted by the supervisor while measured: {', '.join(restarted)} "
+                "(their CPU before the restart is not counted)")
         bound = [n for n in names if n in watcher.bound]
         lat = sorted((watcher.bound[n] - submitted[n]) * 1000 for n in bound)
         last = max((watcher.bound[n] for n in bound), default=time.time())
@@ -607,8 +623,10 @@ def run_once(args: argparse.Namespace) -> tuple[bool, dict]:
             "filter_shards": state.filter_shards, "score_shards": state.score_shards,
             "offered_rate": args.rate or None,
             "apply_concurrency": None if args.rate else args.apply_concurrency,
-            "peak_rss_mib": round(peak_rss_mib([p.pid for p in state.procs]), 1),
+            "peak_rss_mib": round(peak_rss_mib([p.pid for p in procs_after]), 1),
             "cpu_ms_per_pod": cpu_ms_per_pod(cpu_before, cpu_after, len(bound)),
+            # services the supervisor restarted during the measured phase (none in a sound run)
+            "restarted": restarted,
             "mesh": "running" if args.use_running else "own",
             # where the mesh's processes ran (schedmesh.mesh.cpu_affinity)
             "cpu_pinning": "" if args.use_running else (cpus.describe() if cpus is not None else "off"),

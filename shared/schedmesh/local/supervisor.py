@@ -8,7 +8,8 @@ ports, pids, restart counts, the supervisor's pid and the log directory, so `sch
 
 Supervision: a service that exits while the mesh is not being stopped, or that stays unhealthy
 (gRPC health not SERVING or not answering; for the broker, no Kafka ApiVersions answer) for
-``RestartPolicy.unhealthy_after`` seconds, is started again on the same port (other services
+``RestartPolicy.unhealthy_after`` seconds, its supervisor's own checks failing (at least
+UNHEALTHY_CHECKS of them, counted from when supervising began), is started again on the same port (other services
 and the state file point at it) with its log appended, after an exponential backoff. In the
 foreground (`schedmesh up`) the `up` process supervises; with `--detach` a supervisor process
 (``python -m schedmesh.local.supervisor``, started by `up` in its own session) does, and
@@ -450,6 +451,7 @@ class _Child:
         self.started_at = 0.0
         self.serving_once = False  # answered health checks since its last start
         self.last_ok = 0.0
+        self.failed_checks = 0  # health checks that failed since the last one that passed
         self.healthy_since: Optional[float] = None
         self.failures = 0  # in a row, for the backoff
         self.restart_at: Optional[float] = None  # dead and waiting for its backoff
@@ -465,6 +467,7 @@ class _Child:
 
 
 # Channels to the services reconnect quickly, so a restarted service is seen as soon as it listens.
+UNHEALTHY_CHECKS = 2  # failed health checks in a row, at the least, before a serving process is restarted
 _HEALTH_CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
                            ("grpc.max_reconnect_backoff_ms", 1000)]
 
@@ -537,7 +540,7 @@ class Supervisor:
                                           stdin=subprocess.DEVNULL, start_new_session=True)
         info.pid = child.proc.pid
         child.started_at = time.monotonic()
-        child.serving_once, child.healthy_since, child.check = False, None, None
+        child.serving_once, child.healthy_since, child.check, child.failed_checks = False, None, None, 0
         child.close_channel()
 
     def _child(self, info: ProcInfo) -> _Child:
@@ -560,6 +563,12 @@ class Supervisor:
     def supervise(self) -> None:
         """Restart what dies or stays unhealthy until `stopping` is set (by a signal handler)."""
         self._checks = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="health")
+        # Silence before supervising began is no failed check: the mesh's launch waits for each
+        # service in turn (at 200,000 nodes the queue-manager took 23 s to start), and every
+        # service ready before that used to be killed as "unhealthy" at the first look.
+        began = time.monotonic()
+        for child in self.children:
+            child.last_ok = max(child.last_ok, began)
         try:
             while not self.stopping.wait(0.2):
                 self.supervise_once()
@@ -614,11 +623,12 @@ class Supervisor:
             ok = not child.check.cancelled() and child.check.exception() is None and child.check.result()
             child.check = None
             if ok:
-                child.serving_once, child.last_ok = True, now
+                child.serving_once, child.last_ok, child.failed_checks = True, now, 0
                 if child.healthy_since is None:
                     child.healthy_since = now
             else:
                 child.healthy_since = None
+                child.failed_checks += 1
         if child.check is None and now - child.last_check >= policy.check_interval and self._checks is not None:
             child.last_check = now
             child.check = self._checks.submit(self._check, child)
@@ -626,7 +636,11 @@ class Supervisor:
             child.failures = 0
         if child.serving_once:
             silent, limit = now - child.last_ok, policy.unhealthy_after
-            why = f"was unhealthy for {silent:.0f}s"
+            why = f"was unhealthy for {silent:.0f}s ({child.failed_checks} health checks failed)"
+            # its own checks must have failed meanwhile, not only have not run (the supervisor's
+            # process starved, or its checks queued behind slow ones)
+            if child.failed_checks < UNHEALTHY_CHECKS:
+                return False
         else:
             silent, limit = now - child.started_at, policy.start_timeout
             why = f"was not healthy {silent:.0f}s after it started"

@@ -132,3 +132,30 @@ def test_a_child_crashing_in_a_loop_is_restarted_with_growing_delays_reset_once_
         sup.stop_all(grace=2)
     assert not supervising.is_alive()
     assert all("exited with code 3" in s for s in said if RESTARTING.search(s)), said
+
+
+@pytest.mark.timeout(60)
+def test_a_child_ready_long_before_supervising_began_is_not_taken_for_unhealthy(tmp_path: Path) -> None:
+    """The mesh's launch waits for each service in turn: a service ready long before the last one
+    (more than unhealthy_after: at 200,000 nodes the queue-manager took 23 s) was killed as
+    unhealthy at the supervisor's first look, though no check of its had failed."""
+    (tmp_path / "steady_child.py").write_text(CHILD)
+    control = tmp_path / "control"
+    control.write_text("serve")
+    policy = RestartPolicy(unhealthy_after=1.0, check_interval=0.05, check_timeout=1.0)
+    said: list[str] = []
+    sup = Supervisor(tmp_path / "logs", env={"PYTHONPATH": str(tmp_path)}, policy=policy, say=said.append)
+    port = free_port()
+    info = sup.start("steady", "steady_child", [str(control)], port)
+    sup.wait_ready(info, timeout=30)
+    time.sleep(policy.unhealthy_after + 1.0)  # the rest of a long launch
+    supervising = threading.Thread(target=sup.supervise, name="supervise", daemon=True)
+    supervising.start()
+    try:
+        time.sleep(policy.unhealthy_after + 1.0)
+        assert info.restarts == 0 and not said, said
+        assert sup._child(info).healthy_since is not None  # checked, and healthy
+    finally:
+        sup.stopping.set()
+        supervising.join(10)
+        sup.stop_all(grace=2)
