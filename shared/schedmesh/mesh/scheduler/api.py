@@ -6,6 +6,7 @@ import asyncio
 import functools
 import heapq
 import logging
+import operator
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -132,16 +133,15 @@ def _a_write(handler):
     return gated
 
 
+_KEY = operator.itemgetter(0)
+
+
 def _page(keyed: list, limit: int) -> tuple[list, bool]:
     """The first `limit` of (key, item) pairs by key (all when `limit` is 0), and whether more follow."""
     if 0 < limit < len(keyed):
-        return heapq.nsmallest(limit, keyed, key=_first), True
-    keyed.sort(key=_first)
+        return heapq.nsmallest(limit, keyed, key=_KEY), True
+    keyed.sort(key=_KEY)
     return keyed, False
-
-
-def _first(pair: tuple):
-    return pair[0]
 
 
 async def _fits(out, what: str, context):
