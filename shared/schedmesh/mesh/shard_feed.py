@@ -357,6 +357,10 @@ class FedCluster:
         self.wait_timeout = wait_timeout
         self._pods: dict[str, Pod] = {}  # uid -> the pod as sent, for every pod on a node
         self._templates: dict[int, Pod] = {}  # number -> the pod sent as that template (ShardFeed._send_pod)
+        # node -> its row's uids as last applied: a row that only adds pods after them is told by
+        # comparing two lists, not by listing the uids of the node's pods (a fifth of a shard's CPU
+        # with 28 pods a node)
+        self._row_uids: dict[str, list[str]] = {}
         self._cond = threading.Condition(threading.RLock())
         self.applied = 0  # feeds applied (tests, the log)
 
@@ -424,13 +428,14 @@ class FedCluster:
 
     def _apply(self, feed: spb.ShardFeed) -> None:
         if feed.from_generation == 0:
-            self.snapshot, self._pods = Snapshot(), {}
+            self.snapshot, self._pods, self._row_uids = Snapshot(), {}, {}
         if feed.from_generation == 0 or feed.templates_reset:
             self._templates = {}
         snap = self.snapshot
         for op in feed.node_ops:
             if op.removed:
                 snap.remove_node(op.removed)
+                self._row_uids.pop(op.removed, None)  # (its pods kept aside: its row, when it comes back, is checked whole)
             else:
                 snap.add_node(convert.node_from_proto(pb.Node.FromString(op.node)))
         if feed.namespaces_changed:
@@ -456,11 +461,17 @@ class FedCluster:
             sent[pod.meta.uid] = pod
         left: list[str] = []
         node_of = snap.node_of
+        row_uids = self._row_uids
         for row in feed.rows:
             node, uids = row.node, list(row.uids)
             ni = snap.get(node)
-            here = [pi.pod.meta.uid for pi in ni.pods] if ni is not None else []
+            before = row_uids.get(node)
+            if ni is not None and before is not None and len(ni.pods) == len(before) and uids[:len(before)] == before:
+                here = before  # (the node's pods are its last row's: only this process's feeds change them)
+            else:
+                here = [pi.pod.meta.uid for pi in ni.pods] if ni is not None else []
             kept = len(here)
+            row_uids[node] = uids
             if uids[:kept] != here:
                 # Not only pods added after those here (the common case: pods bound since):
                 # take out those that left, then check every uid of the row.
@@ -470,7 +481,11 @@ class FedCluster:
                         snap.remove_pod(pi.pod)
                         left.append(pi.pod.meta.uid)
                 kept = 0
-            for i, uid in enumerate(uids):
+            # The pods kept need a look only if one of them was sent again (its spec changed): on
+            # a node of 25 pods, walking them all for each pod bound there was a third of a feed.
+            start = kept if kept and sent.keys().isdisjoint(uids[:kept]) else 0
+            for i in range(start, len(uids)):
+                uid = uids[i]
                 pod = sent.get(uid)
                 if pod is not None:
                     self._pods[uid] = pod
