@@ -9,8 +9,8 @@ ports, pids, restart counts, the supervisor's pid and the log directory, so `sch
 Supervision: a service that exits while the mesh is not being stopped, or that stays unhealthy
 (gRPC health not SERVING or not answering; for the broker, no Kafka ApiVersions answer) for
 ``RestartPolicy.unhealthy_after`` seconds, its supervisor's own checks failing (at least
-UNHEALTHY_CHECKS of them, counted from when supervising began), is started again on the same port (other services
-and the state file point at it) with its log appended, after an exponential backoff. In the
+UNHEALTHY_CHECKS of them, counted from when supervising began), is started again on the same
+port (other services and the state file point at it) with its log appended, after an exponential backoff. In the
 foreground (`schedmesh up`) the `up` process supervises; with `--detach` a supervisor process
 (``python -m schedmesh.local.supervisor``, started by `up` in its own session) does, and
 `schedmesh down` asks it to stop with SIGTERM.
@@ -466,8 +466,8 @@ class _Child:
             self.channel = None
 
 
-# Channels to the services reconnect quickly, so a restarted service is seen as soon as it listens.
 UNHEALTHY_CHECKS = 2  # failed health checks in a row, at the least, before a serving process is restarted
+# Channels to the services reconnect quickly, so a restarted service is seen as soon as it listens.
 _HEALTH_CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
                            ("grpc.max_reconnect_backoff_ms", 1000)]
 
