@@ -144,15 +144,17 @@ def _page(keyed: list, limit: int) -> tuple[list, bool]:
     return keyed, False
 
 
-async def _fits(out, what: str, context):
+_ASK_FOR_PAGES = "ask for pages (GetRequest.limit and continue_token; schedmesh's own client does)"
+
+
+async def _fits(out, what: str, context, instead: str = _ASK_FOR_PAGES):
     """`out`, or RESOURCE_EXHAUSTED when it is larger than a message may be (a list of everything
-    asked without a limit): the caller is told to ask for pages, not sent a truncated list."""
+    asked at once), saying what to ask `instead`: a list is never sent cut short."""
     size = out.ByteSize()
     if size > MAX_MESSAGE_BYTES:
         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                             f"all {what} make a {size:,}-byte answer, more than a message may carry "
-                            f"({MAX_MESSAGE_BYTES:,}): ask for pages (GetRequest.limit and continue_token; "
-                            "schedmesh's own client does)")
+                            f"({MAX_MESSAGE_BYTES:,}): {instead}")
     return out
 
 
@@ -597,7 +599,8 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
             events = [e for n in qm.notes.values() for e in n.events
                       if not request.namespace or e.pod.partition("/")[0] == request.namespace]
         events.sort(key=lambda e: e.timestamp)
-        return queue_pb2.EventList(events=events)
+        return await _fits(queue_pb2.EventList(events=events), "events", context,
+                           "ask for one namespace's (EventsRequest.namespace; `get events -n NS`)")
 
     # This process's /metrics, set by service.serve once it listens ("" before, or without metrics).
     metrics_url: str = ""

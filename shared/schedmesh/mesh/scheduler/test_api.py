@@ -655,6 +655,12 @@ def test_get_events_keeps_a_deleted_pods_events() -> None:
         ("default/web-0", "Scheduled"), ("team/db-0", "Scheduled"), ("default/web-0", "TaintManagerEviction")]
     listed = asyncio.run(s.ListEvents(queue_pb2.EventsRequest(namespace="team"), Context())).events
     assert [e.pod for e in listed] == ["team/db-0"]
+    # More than one message may carry: refused, saying what to ask instead, never cut short.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(api, "MAX_MESSAGE_BYTES", 100)
+        with pytest.raises(Aborted) as e:
+            asyncio.run(s.ListEvents(queue_pb2.EventsRequest(), Context()))
+    assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "one namespace's" in e.value.details
 
 
 def test_writes_run_together_and_a_re_publication_alone() -> None:
