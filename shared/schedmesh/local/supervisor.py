@@ -8,9 +8,10 @@ ports, pids, restart counts, the supervisor's pid and the log directory, so `sch
 
 Supervision: a service that exits while the mesh is not being stopped, or that stays unhealthy
 (gRPC health not SERVING or not answering; for the broker, no Kafka ApiVersions answer) for
-``RestartPolicy.unhealthy_after`` seconds, its supervisor's own checks failing (at least
-UNHEALTHY_CHECKS of them, counted from when supervising began), is started again on the same
-port (other services and the state file point at it) with its log appended, after an exponential backoff. In the
+``RestartPolicy.unhealthy_after`` seconds (counted from the first of its supervisor's own
+health checks that failed: a service not checked yet, during a long launch, is not silent) is
+started again on the same port (other services and the state file point at it) with its log
+appended, after an exponential backoff. In the
 foreground (`schedmesh up`) the `up` process supervises; with `--detach` a supervisor process
 (``python -m schedmesh.local.supervisor``, started by `up` in its own session) does, and
 `schedmesh down` asks it to stop with SIGTERM.
@@ -450,8 +451,8 @@ class _Child:
         self.proc: Optional[subprocess.Popen] = None
         self.started_at = 0.0
         self.serving_once = False  # answered health checks since its last start
-        self.last_ok = 0.0
-        self.failed_checks = 0  # health checks that failed since the last one that passed
+        # when the first health check that failed since the last one that passed was sent (None: passing)
+        self.failing_since: Optional[float] = None
         self.healthy_since: Optional[float] = None
         self.failures = 0  # in a row, for the backoff
         self.restart_at: Optional[float] = None  # dead and waiting for its backoff
@@ -466,7 +467,6 @@ class _Child:
             self.channel = None
 
 
-UNHEALTHY_CHECKS = 2  # failed health checks in a row, at the least, before a serving process is restarted
 # Channels to the services reconnect quickly, so a restarted service is seen as soon as it listens.
 _HEALTH_CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
                            ("grpc.max_reconnect_backoff_ms", 1000)]
@@ -540,7 +540,7 @@ class Supervisor:
                                           stdin=subprocess.DEVNULL, start_new_session=True)
         info.pid = child.proc.pid
         child.started_at = time.monotonic()
-        child.serving_once, child.healthy_since, child.check, child.failed_checks = False, None, None, 0
+        child.serving_once, child.healthy_since, child.check, child.failing_since = False, None, None, None
         child.close_channel()
 
     def _child(self, info: ProcInfo) -> _Child:
@@ -553,8 +553,7 @@ class Supervisor:
             _wait_health(f"127.0.0.1:{info.port}", child.proc, info, deadline, self.stopping, self.health_tls)
         else:
             _wait_tcp(info.port, child.proc, info, deadline, ready_text or child.ready_text, self.stopping)
-        child.serving_once, child.last_ok = True, time.monotonic()
-        child.healthy_since = child.last_ok
+        child.serving_once, child.healthy_since = True, time.monotonic()
 
     def dead(self) -> list[ProcInfo]:
         return [c.info for c in self.children if c.proc is not None and c.proc.poll() is not None]
@@ -563,12 +562,6 @@ class Supervisor:
     def supervise(self) -> None:
         """Restart what dies or stays unhealthy until `stopping` is set (by a signal handler)."""
         self._checks = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="health")
-        # Silence before supervising began is no failed check: the mesh's launch waits for each
-        # service in turn (at 200,000 nodes the queue-manager took 23 s to start), and every
-        # service ready before that used to be killed as "unhealthy" at the first look.
-        began = time.monotonic()
-        for child in self.children:
-            child.last_ok = max(child.last_ok, began)
         try:
             while not self.stopping.wait(0.2):
                 self.supervise_once()
@@ -623,24 +616,26 @@ class Supervisor:
             ok = not child.check.cancelled() and child.check.exception() is None and child.check.result()
             child.check = None
             if ok:
-                child.serving_once, child.last_ok, child.failed_checks = True, now, 0
+                child.serving_once, child.failing_since = True, None
                 if child.healthy_since is None:
                     child.healthy_since = now
             else:
                 child.healthy_since = None
-                child.failed_checks += 1
+                if child.failing_since is None:
+                    child.failing_since = child.last_check  # (when the check that failed was sent)
         if child.check is None and now - child.last_check >= policy.check_interval and self._checks is not None:
             child.last_check = now
             child.check = self._checks.submit(self._check, child)
         if child.healthy_since is not None and now - child.healthy_since >= policy.reset_after:
             child.failures = 0
         if child.serving_once:
-            silent, limit = now - child.last_ok, policy.unhealthy_after
-            why = f"was unhealthy for {silent:.0f}s ({child.failed_checks} health checks failed)"
-            # its own checks must have failed meanwhile, not only have not run (the supervisor's
-            # process starved, or its checks queued behind slow ones)
-            if child.failed_checks < UNHEALTHY_CHECKS:
+            # Unhealthy from the first check of its that failed, not from its last good one: a
+            # service not checked meanwhile (the launch waits for each in turn; at 200,000 nodes
+            # the queue-manager took 23 s to start) or whose checks queued is not silent.
+            if child.failing_since is None:
                 return False
+            silent, limit = now - child.failing_since, policy.unhealthy_after
+            why = f"was unhealthy for {silent:.0f}s"
         else:
             silent, limit = now - child.started_at, policy.start_timeout
             why = f"was not healthy {silent:.0f}s after it started"
