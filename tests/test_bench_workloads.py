@@ -23,7 +23,7 @@ from schedmesh.api.load import admit_all, load_files, load_text
 from schedmesh.api.to_json import node_to_json, pod_to_json
 from schedmesh.bench.cycle_bench import run as run_cycle_bench, schedule_in_process
 from schedmesh.bench.mesh_bench import (_pool_for, add_arguments, alternated, cpu_ms_per_pod, cpu_seconds, median_run,
-                                        record_time, round_orders, submit_all)
+                                        record_time, round_orders, shard_cpu_ms_per_pod, submit_all)
 from schedmesh.bench.workloads import SHAPES, WORKLOAD_NAMES, ZONE_LABEL, build, default_sizes
 from schedmesh.cli.explain import Explainer, fill_times, load_profiles
 from schedmesh.mesh.nodepool import load_pools
@@ -371,6 +371,16 @@ def test_cpu_seconds_reads_the_processes_and_their_children():
     assert set(got) == {"me", "bench-client"} and got["me"] >= 0.05
     per = cpu_ms_per_pod({"me": 1.0}, {"me": 3.0, "bench-client": 0.5}, pods=1000)
     assert per == {"me": 2.0, "bench-client": 0.5, "total": 2.5}
+
+
+def test_a_shards_cpu_per_pod_is_the_mean_of_its_kind_to_four_decimals():
+    before = {"filter-worker-0": 1.0, "filter-worker-1": 2.0, "score-worker-0": 5.0, "queue-manager": 9.0}
+    after = {"filter-worker-0": 1.1, "filter-worker-1": 2.1234, "score-worker-0": 0.05, "queue-manager": 20.0}
+    got = shard_cpu_ms_per_pod(before, after, pods=12000)
+    # (0.1 + 0.1234) / 2 s over 12,000 pods; the score shard restarted: its new process's 0.05 s
+    assert got == {"filter": round(1000 * 0.1117 / 12000, 4), "score": round(1000 * 0.05 / 12000, 4)}
+    assert got["filter"] == 0.0093
+    assert shard_cpu_ms_per_pod({}, {"queue-manager": 1.0}, pods=10) == {"filter": None, "score": None}
 
 
 def test_bench_cycle_in_several_processes_sums_what_each_did():
