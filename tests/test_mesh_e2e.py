@@ -156,6 +156,32 @@ def test_one_trace_across_the_services(mesh) -> None:
         assert s is roots[0]
 
 
+@pytest.mark.timeout(300)
+def test_a_runs_shard_work_is_traced_per_request_and_per_pod(mesh) -> None:
+    """Pods applied together are asked of the shards as one run, on each shard's stream
+    (FilterBatches, ScoreBatches): each request gets its own server span (not one span as long as
+    the stream), and each pod's work on a shard joins that pod's attempt trace."""
+    mesh.apply(pods_manifest("run", 6))
+    bound = mesh.wait_bound("run", 6)
+
+    def shard_pod_spans(spans) -> list:
+        return [s for s in spans if s.name in ("filter", "score") and "-worker" in s.service_name
+                and s.attributes.get("k8s.pod.name") in bound]
+
+    def batched(spans) -> bool:
+        names = {(s.service_name.split("-worker")[0], s.name) for s in spans}
+        roots = {s.trace_id for s in spans if s.name == "schedule_pod"}
+        per_pod = shard_pod_spans(spans)
+        return ({("filter", "FilterBatches"), ("score", "ScoreBatches")} <= names
+                and {"filter", "score"} <= {s.name for s in per_pod} and all(s.trace_id in roots for s in per_pod))
+    spans = mesh.receiver.wait_for(batched, timeout=30)  # each pod's shard spans in its attempt's trace
+    requests = [s for s in spans if s.name in ("FilterBatches", "ScoreBatches")]
+    # (the idle feeds are requests of no pods)
+    assert any(s.attributes.get("schedmesh.pods", 0) >= 1 for s in requests), [s.attributes for s in requests]
+    assert all(s.end_time_ns - s.start_time_ns < 10 * 10**9 for s in requests), "a request's span, not the stream's"
+    assert not [s for s in spans if s.name.endswith("Batches") and s.name.startswith("/")], "a span per stream"
+
+
 # scheduling_queue's lines: a move at the end of an attempt; those on a watch event
 _AFTER_ATTEMPT = "after a failed attempt"
 _EVENT_LINES = (" by its update (", " updated while in flight", " gated by ")

@@ -27,6 +27,7 @@ from typing import Callable, Optional, Sequence
 
 import grpc
 import numpy as np
+from opentelemetry import trace
 
 from schedmesh.api import convert
 from schedmesh.cache.snapshot import Snapshot
@@ -37,9 +38,11 @@ from schedmesh.mesh.answers import node_local, nominations
 from schedmesh.mesh.replicas import ReplicaEvaluator
 from schedmesh.mesh.runtime import GRPC_OPTIONS
 from schedmesh.mesh.shard_feed import FeedReader, ShardFeed, SharedFeed, encode_node, encode_pod
+from schedmesh.mesh.shard_stream import ShardStream
 from schedmesh.scheduling.cycle import Diagnosis
 from schedmesh.security.credentials import TLSFiles, channel
 from schedmesh.telemetry import inject_grpc_metadata
+from schedmesh.telemetry.propagation import traceparent_of
 from schedmesh.v1 import scheduling_pb2 as spb
 from schedmesh.v1 import scheduling_pb2_grpc as sgrpc
 
@@ -61,6 +64,11 @@ class FanOutEvaluator(ReplicaEvaluator):
         self._channels = []
         self.filter_stubs = [sgrpc.FilterWorkerStub(self._channel(t)) for t in filter_targets]
         self.score_stubs = [sgrpc.ScoreWorkerStub(self._channel(t)) for t in score_targets]
+        # A run's requests (and the idle feeds) go on one stream per shard (mesh/shard_stream.py)
+        self.filter_streams = [ShardStream(stub.FilterBatches, f"filter-shard-{i}", timeout)
+                               for i, stub in enumerate(self.filter_stubs)]
+        self.score_streams = [ShardStream(stub.ScoreBatches, f"score-shard-{i}", timeout)
+                              for i, stub in enumerate(self.score_stubs)]
         self._encode = encode
         # Each pod and node encoded once for all feeds: uid or name -> (object, its bytes)
         self._encoded: dict[str, tuple[object, bytes]] = {}
@@ -101,12 +109,11 @@ class FanOutEvaluator(ReplicaEvaluator):
         seconds, in an empty batch (its first feed, the whole cluster, as soon as it answers).
         So a request after a quiet spell (the first pods after the nodes registered) carries
         a few changes, not the backlog, and a restarted shard is fed before it is needed."""
-        plans = [(stub, feed, "FilterBatch") for stub, feed in zip(self.filter_stubs, self.filter_feeds)]
-        plans += [(stub, feed, "ScoreBatch") for stub, feed in zip(self.score_stubs, self.score_feeds)]
+        plans = [*zip(self.filter_streams, self.filter_feeds), *zip(self.score_streams, self.score_feeds)]
         self._probe(plans)  # at once: before the cluster is sent, each shard says what feeds it reads
         while plans and not stop.wait(idle / 2):
             self._probe(plans)
-            for stub, feed, method in plans:
+            for stream, feed in plans:
                 if time.monotonic() - feed.sent_at < idle:
                     continue
                 with lock:
@@ -116,7 +123,7 @@ class FanOutEvaluator(ReplicaEvaluator):
                     req = spb.BatchRequest(view=self.view_fn(), order_digest=snapshot.cols.order_digest)
                     feed.take(snapshot, req.view)
                 try:
-                    feed.confirm(getattr(stub, method)(req, timeout=self.timeout).reads_earlier_feeds)
+                    feed.confirm(stream.send(req).result().reads_earlier_feeds)
                 except grpc.RpcError as e:
                     feed.reset()
                     batching.log.debug("feeding an idle shard failed (%s); the next request sends the cluster",
@@ -126,12 +133,12 @@ class FanOutEvaluator(ReplicaEvaluator):
         """Ask each shard that has not answered yet, with a feed of an empty cluster, whether it
         applies earlier feeds (SharedFeed.probe)."""
         empty = Snapshot().cols.order_digest
-        for stub, feed, method in plans:
+        for stream, feed in plans:
             req = spb.BatchRequest(view=self.view_fn(), order_digest=empty)
             if not feed.probe(req.view):
                 continue
             try:
-                feed.confirm(getattr(stub, method)(req, timeout=self.timeout).reads_earlier_feeds)
+                feed.confirm(stream.send(req).result().reads_earlier_feeds)
             except grpc.RpcError:
                 feed.reset()  # (not up yet: asked again next time)
 
@@ -149,6 +156,8 @@ class FanOutEvaluator(ReplicaEvaluator):
         for feed in (*self.filter_feeds, *self.score_feeds):
             feed.reset()
         self._pool.shutdown(wait=False)
+        for stream in (*self.filter_streams, *self.score_streams):
+            stream.close()
         for ch in self._channels:
             ch.close()
 
@@ -161,6 +170,20 @@ class FanOutEvaluator(ReplicaEvaluator):
             req.CopyFrom(request)
             feed.take(snapshot, req.view)
             calls.append((i, feed, self._pool.submit(getattr(stub, method), req, timeout=self.timeout, metadata=md)))
+        return calls
+
+    @staticmethod
+    def _send_batch(streams: list[ShardStream], feeds: list[FeedReader], request: spb.BatchRequest,
+                    snapshot) -> list:
+        """`request` on every shard's stream, each with its feed (taken now: call under the lock
+        the snapshot's writers take); the answers awaited, for `_gather`."""
+        request.traceparent = traceparent_of(trace.get_current_span())  # the shards' spans join this trace
+        calls = []
+        for i, (stream, feed) in enumerate(zip(streams, feeds)):
+            req = spb.BatchRequest()
+            req.CopyFrom(request)
+            feed.take(snapshot, req.view)
+            calls.append((i, feed, stream.send(req)))
         return calls
 
     def _gather(self, calls: list) -> list:
@@ -196,7 +219,6 @@ class FanOutEvaluator(ReplicaEvaluator):
         firsts = sorted(set(first))
         asked_items = [items[j] for j in firsts]
         encoded = batching.encode_pods(asked_items)
-        md = inject_grpc_metadata()
         t1 = time.perf_counter()
         clock["encode"] += t1 - t0
         with lock:  # the feeds and the change log start from one cluster state
@@ -206,7 +228,7 @@ class FanOutEvaluator(ReplicaEvaluator):
                                         nominations(nominator))
             req = batching.batch_request(view, asked_items, batch.cols.order_digest, encoded, traceparents)
             try:
-                calls = self._send(self.filter_stubs, self.filter_feeds, "FilterBatch", req, snapshot, md)
+                calls = self._send_batch(self.filter_streams, self.filter_feeds, req, snapshot)
             except BaseException:  # (the pool shut down by stop()): the change log goes too
                 batch.close()
                 raise
@@ -228,7 +250,7 @@ class FanOutEvaluator(ReplicaEvaluator):
                 # Fed the cluster as it is now: rows changed since the view are taken again here
                 # where read (the batch's change log), whatever the shards answer for them.
                 with lock:
-                    calls = self._send(self.score_stubs, self.score_feeds, "ScoreBatch", req, snapshot_fn(), md)
+                    calls = self._send_batch(self.score_streams, self.score_feeds, req, snapshot_fn())
                 responses = self._gather(calls)
                 t5 = time.perf_counter()
                 clock["score_rpc"] += t5 - t4

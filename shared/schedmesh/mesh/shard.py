@@ -25,7 +25,8 @@ from schedmesh.mesh.partition import shard_of
 from schedmesh.mesh.runtime import HeapFreezer
 from schedmesh.mesh.shard_feed import FedCluster, FeedRefused
 from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm, rotated
-from schedmesh.telemetry import extract_grpc_metadata, k8s_attributes
+from schedmesh.telemetry import k8s_attributes
+from schedmesh.telemetry.propagation import context_from_traceparent
 from schedmesh.v1 import scheduling_pb2 as spb
 
 log = logging.getLogger("schedmesh.shard")
@@ -272,5 +273,6 @@ def _pod_span(name: str, bp: spb.BatchPod):
     """A span for one pod of a batch, in that pod's attempt trace (one trace per attempt)."""
     if not bp.traceparent:
         return nullcontext()
-    ctx = extract_grpc_metadata([("traceparent", bp.traceparent)])
-    return tracer.start_as_current_span(name, context=ctx, attributes=k8s_attributes(bp.pod))
+    # (parsed directly: the propagator's extraction was a twentieth of a shard's CPU in a run)
+    return tracer.start_as_current_span(name, context=context_from_traceparent(bp.traceparent),
+                                        attributes=k8s_attributes(bp.pod))

@@ -60,3 +60,57 @@ def test_calls_wait_for_serving_and_health_checks_do_not() -> None:
             await proc.server.stop(0)
 
     asyncio.run(run())
+
+
+async def _echo_stream(requests, context):
+    async for request in requests:
+        yield request
+
+
+def _with_echo_stream(server) -> None:
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("schedmesh.test.Echo", {
+        "Chat": grpc.stream_stream_rpc_method_handler(_echo_stream, lambda b: b, lambda b: b)}),))
+
+
+async def _chat(port: int, messages: list[bytes]) -> list[bytes]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        chat = ch.stream_stream("/schedmesh.test.Echo/Chat", request_serializer=lambda b: b,
+                                response_deserializer=lambda b: b)
+        return [answer async for answer in chat(iter(messages), timeout=5)]
+
+
+def test_streams_are_gated_as_calls_are() -> None:
+    async def run() -> None:
+        proc = ServiceProcess("echo-service", 0, host="127.0.0.1")
+        _with_echo_stream(proc.server)
+        await proc.start()
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await _chat(proc.port, [b"hi"])
+            assert e.value.code() is grpc.StatusCode.UNAVAILABLE and "not serving" in e.value.details()
+            await proc.set_serving(True)
+            assert await _chat(proc.port, [b"one", b"two"]) == [b"one", b"two"]
+        finally:
+            await proc.server.stop(0)
+
+    asyncio.run(run())
+
+
+def test_a_stream_of_a_restricted_service_needs_the_allowed_identity() -> None:
+    from schedmesh.security.interceptors import CallerIdentityInterceptor
+
+    async def run() -> None:
+        server = grpc.aio.server(interceptors=[CallerIdentityInterceptor(
+            {"schedmesh.test.Echo": frozenset({"queue-manager"})}, tls_required=True)])
+        _with_echo_stream(server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await _chat(port, [b"hi"])  # plaintext: no certificate, no identity
+            assert e.value.code() is grpc.StatusCode.PERMISSION_DENIED
+            assert "without a client certificate may not call /schedmesh.test.Echo/Chat" in e.value.details()
+        finally:
+            await server.stop(0)
+
+    asyncio.run(run())

@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import grpc
+import pytest
+
 from schedmesh.bench.workloads import make_node, make_pod
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.framework.profile import default_profile
@@ -71,3 +74,48 @@ def test_a_feed_that_follows_is_answered_on_the_loop_and_one_that_waits_on_a_thr
     asyncio.run(scenario())
     assert shard.cluster.generation == feed.generation
     assert sorted(pi.pod.meta.name for ni in shard.cluster.snapshot.node_info_list for pi in ni.pods) == ["a", "b", "c"]
+
+
+class _Aborted(Exception):
+    pass
+
+
+class _Context:
+    """What the servicer asks of a call's context: abort (raises, as grpc.aio's does)."""
+
+    def __init__(self) -> None:
+        self.status = None
+
+    async def abort(self, code, details):
+        self.status = (code, details)
+        raise _Aborted(details)
+
+
+def test_a_stream_answers_each_request_in_turn_and_ends_at_a_refused_feed():
+    qm = Snapshot([make_node(i, zone=None) for i in range(4)])
+    feed = ShardFeed()
+    shard, threads = shard_and_threads()
+    servicer = _Servicer(shard)
+    requests = [request(feed, qm)]
+    for i in range(3):
+        qm.add_pod(make_pod(f"p{i}"), f"node-0000{i}")
+        requests.append(request(feed, qm))
+    stale = spb.BatchRequest(order_digest=qm.cols.order_digest)
+    stale.view.shard_feed.CopyFrom(requests[1].view.shard_feed)  # a feed this shard is past
+
+    async def incoming(reqs):
+        for r in reqs:
+            yield r
+
+    async def scenario():
+        answers = [a async for a in servicer.FilterBatches(incoming(requests), _Context())]
+        assert len(answers) == 4 and all(len(a.results) == 0 for a in answers)
+        context, got = _Context(), []
+        with pytest.raises(_Aborted):
+            async for a in servicer.FilterBatches(incoming([stale, requests[-1]]), context):
+                got.append(a)
+        assert got == [] and context.status[0] is grpc.StatusCode.FAILED_PRECONDITION
+    asyncio.run(scenario())
+    assert [generation for generation, _ in threads] == [r.view.shard_feed.generation for r in requests]
+    assert sorted(pi.pod.meta.name for ni in shard.cluster.snapshot.node_info_list for pi in ni.pods) == \
+        ["p0", "p1", "p2"]

@@ -6,13 +6,17 @@ import asyncio
 import os
 
 import grpc
+from opentelemetry import trace
 
 from schedmesh.framework.runtime import build_frameworks
 from schedmesh.mesh.runtime import ServiceProcess
 from schedmesh.mesh.shard import NodeShard
 from schedmesh.mesh.shard_feed import FedCluster, FeedNotReady, FeedRefused
 from schedmesh.telemetry import metrics
+from schedmesh.telemetry.propagation import context_from_traceparent
 from schedmesh.v1 import scheduling_pb2_grpc as sgrpc
+
+tracer = trace.get_tracer("schedmesh.shard")
 
 
 def load_profiles(config: str | None):
@@ -58,6 +62,28 @@ class _Servicer(sgrpc.FilterWorkerServicer, sgrpc.ScoreWorkerServicer):
 
     async def ScoreBatch(self, request, context):
         return await self._call(self.evaluator.score_batch, request, context)
+
+    async def _stream(self, fn, method: str, requests, context):
+        """Each request of a caller's stream answered in turn; an error ends the stream with the
+        status a unary call would get (the caller opens another)."""
+        async for request in requests:
+            # The stream's own server span would last as long as the stream (tracing leaves these
+            # methods out): each request gets its own, a child of the caller's span, ended before
+            # the answer is sent (not when the next request comes).
+            with tracer.start_as_current_span(method, context=context_from_traceparent(request.traceparent),
+                                              kind=trace.SpanKind.SERVER,
+                                              attributes={"schedmesh.pods": len(request.pods)}):
+                answer = await self._call(fn, request, context)
+            yield answer
+
+    # (grpc.aio serves a streaming method through its async generator function)
+    async def FilterBatches(self, requests, context):
+        async for answer in self._stream(self.evaluator.filter_batch, "FilterBatches", requests, context):
+            yield answer
+
+    async def ScoreBatches(self, requests, context):
+        async for answer in self._stream(self.evaluator.score_batch, "ScoreBatches", requests, context):
+            yield answer
 
 
 async def serve(kind: str, shard: int, shards: int, port: int, config: str | None) -> None:

@@ -48,7 +48,24 @@ def with_check(handler: grpc.RpcMethodHandler, check: Callable[[object], Awaitab
                 yield item
         return grpc.unary_stream_rpc_method_handler(unary_stream, handler.request_deserializer,
                                                     handler.response_serializer)
-    return handler  # no streaming-request methods are restricted in this mesh
+    if handler.stream_stream is not None:  # (checked once, when the stream opens)
+        inner_streams = handler.stream_stream
+
+        async def stream_stream(request_iterator, context):
+            await check(context)
+            async for item in inner_streams(request_iterator, context):
+                yield item
+        return grpc.stream_stream_rpc_method_handler(stream_stream, handler.request_deserializer,
+                                                     handler.response_serializer)
+    if handler.stream_unary is not None:
+        inner_gather = handler.stream_unary
+
+        async def stream_unary(request_iterator, context):
+            await check(context)
+            return await inner_gather(request_iterator, context)
+        return grpc.stream_unary_rpc_method_handler(stream_unary, handler.request_deserializer,
+                                                    handler.response_serializer)
+    return handler
 
 
 def _refuse(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
