@@ -39,7 +39,10 @@ class QueueManagerConfig:
     pod_max_backoff_seconds: float = 10.0
     shard_timeout: float = 10.0
     # Node-local pods asked of the shards in one request (schedmesh.mesh.batch); 1: pod by pod.
-    shard_batch_size: int = 512
+    # With runs on streams, 1,024 against 512 (SchedulingBasic, 12,000 pods, alternated): 4 + 4
+    # 2,276-2,293 pods/s against 2,095-2,129, 2 + 2 +6 and +8 %, a shard's CPU a pod a sixth
+    # less, the queue-manager's 7 % less (fewer runs to prepare); 2,048 gained nothing more.
+    shard_batch_size: int = 1024
     bind_timeout: float = 10.0
     # A binding whose outcome is unknown (binder unreachable, or its publication unacknowledged:
     # it may be in the log) is sent again, to the same node, for this long before it is refused.
