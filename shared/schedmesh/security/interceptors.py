@@ -29,42 +29,35 @@ def _service_of(method: str) -> str:
     return method.lstrip("/").split("/", 1)[0]
 
 
+# a handler's kinds: the attribute holding its method, the factory, whether it answers with a stream
+_HANDLER_KINDS = (("unary_unary", grpc.unary_unary_rpc_method_handler, False),
+                  ("unary_stream", grpc.unary_stream_rpc_method_handler, True),
+                  ("stream_unary", grpc.stream_unary_rpc_method_handler, False),
+                  ("stream_stream", grpc.stream_stream_rpc_method_handler, True))
+
+
+def _checked(inner, check: Callable[[object], Awaitable[None]], streams_answers: bool):
+    if streams_answers:
+        async def method(request, context):  # (`request`: a message, or the iterator of a stream's)
+            await check(context)
+            async for item in inner(request, context):
+                yield item
+        return method
+
+    async def method(request, context):
+        await check(context)
+        return await inner(request, context)
+    return method
+
+
 def with_check(handler: grpc.RpcMethodHandler, check: Callable[[object], Awaitable[None]]) -> grpc.RpcMethodHandler:
-    """The same handler, running `check(context)` (which aborts to refuse) before the method."""
-    if handler.unary_unary is not None:
-        inner = handler.unary_unary
-
-        async def unary_unary(request, context):
-            await check(context)
-            return await inner(request, context)
-        return grpc.unary_unary_rpc_method_handler(unary_unary, handler.request_deserializer,
-                                                   handler.response_serializer)
-    if handler.unary_stream is not None:
-        inner_stream = handler.unary_stream
-
-        async def unary_stream(request, context):
-            await check(context)
-            async for item in inner_stream(request, context):
-                yield item
-        return grpc.unary_stream_rpc_method_handler(unary_stream, handler.request_deserializer,
-                                                    handler.response_serializer)
-    if handler.stream_stream is not None:  # (checked once, when the stream opens)
-        inner_streams = handler.stream_stream
-
-        async def stream_stream(request_iterator, context):
-            await check(context)
-            async for item in inner_streams(request_iterator, context):
-                yield item
-        return grpc.stream_stream_rpc_method_handler(stream_stream, handler.request_deserializer,
-                                                     handler.response_serializer)
-    if handler.stream_unary is not None:
-        inner_gather = handler.stream_unary
-
-        async def stream_unary(request_iterator, context):
-            await check(context)
-            return await inner_gather(request_iterator, context)
-        return grpc.stream_unary_rpc_method_handler(stream_unary, handler.request_deserializer,
-                                                    handler.response_serializer)
+    """The same handler, running `check(context)` (which aborts to refuse) before the method; for
+    a streaming request, once, when the stream opens."""
+    for kind, make_handler, streams_answers in _HANDLER_KINDS:
+        inner = getattr(handler, kind)
+        if inner is not None:
+            return make_handler(_checked(inner, check, streams_answers), handler.request_deserializer,
+                                handler.response_serializer)
     return handler
 
 
