@@ -239,7 +239,8 @@ class SharedFeed:
         self._own = [make_feed() for _ in range(readers)] if readers > 1 else []
         self._said: list[Optional[bool]] = [None] * readers  # each reader's shard's reads_earlier_feeds, once heard
         self.sharing = readers == 1  # (a single reader's own feed is the shared one, with no log)
-        self._log: list[tuple[int, bytes]] = []  # (generation, serialized feed) not yet sent to every reader
+        # (generation, serialized feed, whether it changes anything) not yet sent to every reader
+        self._log: list[tuple[int, bytes, bool]] = []
         self._cursor = [0] * readers  # per reader: the generation of the last feed it was sent
         self._lock = threading.Lock()
         self.readers = [FeedReader(self, k) for k in range(readers)]
@@ -258,8 +259,8 @@ class SharedFeed:
             if out.from_generation == 0:
                 self._log.clear()  # the whole cluster: no reader needs what came before
             else:
-                view.earlier_shard_feeds.extend(data for generation, data in self._log if generation > cursor)
-            self._log.append((out.generation, out.SerializeToString()))
+                view.earlier_shard_feeds.extend(data for generation, data, _ in self._log if generation > cursor)
+            self._log.append((out.generation, out.SerializeToString(), changes_anything(out)))
             self._cursor[reader] = out.generation
             oldest = min(self._cursor)
             if self._log[0][0] <= oldest:
@@ -294,10 +295,17 @@ class SharedFeed:
                     own.reset()
 
     def pending(self, reader: int, snapshot: Snapshot) -> bool:
-        """Whether `reader`'s next feed would carry anything."""
+        """Whether `reader`'s next feed would change anything: the cluster changed since the last
+        take, or a twin was sent a feed that changes something and this reader has not had it.
+        (Feeds that change nothing, as the idle feeds of a quiet cluster, wait for the reader's
+        next request: counting them, twins fed each other an empty feed every second forever.)"""
         if not self.sharing:
             return self._own[reader].pending(snapshot)
-        return self._cursor[reader] < self.feed.generation or self.feed.pending(snapshot)
+        if self.feed.pending(snapshot):
+            return True
+        cursor = self._cursor[reader]
+        with self._lock:
+            return any(changes and generation > cursor for generation, _, changes in self._log)
 
     def reset(self, reader: int) -> None:
         """`reader` may not have applied what it was sent: it is sent the whole cluster next
@@ -311,6 +319,12 @@ class SharedFeed:
     def _reset(self) -> None:
         self._log.clear()
         self.feed.reset()
+
+
+def changes_anything(feed: spb.ShardFeed) -> bool:
+    """Whether applying `feed` changes a shard's cluster (beyond its generation)."""
+    return bool(feed.from_generation == 0 or feed.node_ops or feed.rows or feed.pods or feed.replica_metadata
+                or feed.namespaces_changed or feed.templates_reset)
 
 
 class FeedReader:

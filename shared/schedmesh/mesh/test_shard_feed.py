@@ -481,6 +481,41 @@ def test_two_shards_of_the_same_nodes_read_one_feed_each_change_taken_once():
     assert len(shared._log) == 1  # only what the filter shard has not had yet
 
 
+def test_a_quiet_cluster_leaves_twins_and_a_lone_reader_nothing_pending():
+    """keep_fed sends a reader a feed when it is pending: twins fed an empty feed made each other
+    pending again (the shared generation moved), and a lone reader was always pending, so every
+    idle shard was sent an empty feed every second, forever."""
+    qm = cluster()
+    shared = sharing(2)
+    filter_reader, score_reader = shared.readers
+    filter_shard, score_shard = FedCluster(), FedCluster()
+    assert filter_reader.pending(qm) and score_reader.pending(qm)  # (nothing sent yet)
+    apply_view(filter_shard, read(filter_reader, qm))
+    assert score_reader.pending(qm)  # its twin was sent the whole cluster
+    apply_view(score_shard, read(score_reader, qm))
+    for _ in range(3):  # the idle loop's turns: nothing changed, nothing to send either
+        assert not filter_reader.pending(qm) and not score_reader.pending(qm)
+    # A feed that changes nothing (a request of no pods) leaves the twin with nothing pending; its
+    # next request still carries it, so its chain of feeds stays whole.
+    apply_view(filter_shard, read(filter_reader, qm))
+    assert not score_reader.pending(qm)
+    qm.add_pod(make_pod("a"), "node-00000")
+    assert filter_reader.pending(qm) and score_reader.pending(qm)
+    apply_view(filter_shard, read(filter_reader, qm))
+    assert score_reader.pending(qm)  # the change went to its twin's feed
+    view = read(score_reader, qm)
+    assert len(view.earlier_shard_feeds) == 2  # the empty feed, then the change
+    assert state_of(apply_view(score_shard, view)) == state_of(qm)
+    assert not filter_reader.pending(qm) and not score_reader.pending(qm)
+
+    lone = SharedFeed(ShardFeed, readers=1)
+    (only,) = lone.readers
+    apply_view(FedCluster(), read(only, qm))
+    assert not only.pending(qm)
+    qm.add_pod(make_pod("b"), "node-00001")
+    assert only.pending(qm)
+
+
 def test_a_shard_left_unasked_is_sent_every_feed_it_missed_then_the_whole_cluster_past_the_log():
     qm = cluster()
     shared = sharing(2)
