@@ -161,30 +161,22 @@ class FanOutEvaluator(ReplicaEvaluator):
         for ch in self._channels:
             ch.close()
 
-    def _send(self, stubs: list, feeds: list[FeedReader], method: str, request, snapshot, md) -> list:
+    @staticmethod
+    def _send(targets: list, feeds: list[FeedReader], request, snapshot, call: Callable) -> list:
         """`request` to every shard, each with its feed (taken now: call under the lock the
-        snapshot's writers take); the calls in flight, for `_gather`."""
+        snapshot's writers take), by `call(target, request)`, which returns the answer's future;
+        the calls in flight, for `_gather`."""
         calls = []
-        for i, (stub, feed) in enumerate(zip(stubs, feeds)):
+        for i, (target, feed) in enumerate(zip(targets, feeds)):
             req = type(request)()
             req.CopyFrom(request)
             feed.take(snapshot, req.view)
-            calls.append((i, feed, self._pool.submit(getattr(stub, method), req, timeout=self.timeout, metadata=md)))
+            calls.append((i, feed, call(target, req)))
         return calls
 
-    @staticmethod
-    def _send_batch(streams: list[ShardStream], feeds: list[FeedReader], request: spb.BatchRequest,
-                    snapshot) -> list:
-        """`request` on every shard's stream, each with its feed (taken now: call under the lock
-        the snapshot's writers take); the answers awaited, for `_gather`."""
-        request.traceparent = traceparent_of(trace.get_current_span())  # the shards' spans join this trace
-        calls = []
-        for i, (stream, feed) in enumerate(zip(streams, feeds)):
-            req = spb.BatchRequest()
-            req.CopyFrom(request)
-            feed.take(snapshot, req.view)
-            calls.append((i, feed, stream.send(req)))
-        return calls
+    def _unary(self, method: str, md) -> Callable:
+        """A `call` for `_send`: `method` of a shard's stub, on the pool."""
+        return lambda stub, req: self._pool.submit(getattr(stub, method), req, timeout=self.timeout, metadata=md)
 
     def _gather(self, calls: list) -> list:
         out, failed = [], None
@@ -219,6 +211,7 @@ class FanOutEvaluator(ReplicaEvaluator):
         firsts = sorted(set(first))
         asked_items = [items[j] for j in firsts]
         encoded = batching.encode_pods(asked_items)
+        parent = traceparent_of(trace.get_current_span())  # each shard's span for a request joins this trace
         t1 = time.perf_counter()
         clock["encode"] += t1 - t0
         with lock:  # the feeds and the change log start from one cluster state
@@ -227,8 +220,9 @@ class FanOutEvaluator(ReplicaEvaluator):
             batch = batching.ShardBatch(snapshot, snapshot.watch_changes(ignore_status_updates=True),
                                         nominations(nominator))
             req = batching.batch_request(view, asked_items, batch.cols.order_digest, encoded, traceparents)
+            req.traceparent = parent
             try:
-                calls = self._send_batch(self.filter_streams, self.filter_feeds, req, snapshot)
+                calls = self._send(self.filter_streams, self.filter_feeds, req, snapshot, ShardStream.send)
             except BaseException:  # (the pool shut down by stop()): the change log goes too
                 batch.close()
                 raise
@@ -247,10 +241,11 @@ class FanOutEvaluator(ReplicaEvaluator):
                 windows = batching.template_windows(asked, first, firsts)
                 req = batching.batch_request(view, asked_items, batch.cols.order_digest, encoded, traceparents,
                                              windows)
+                req.traceparent = parent
                 # Fed the cluster as it is now: rows changed since the view are taken again here
                 # where read (the batch's change log), whatever the shards answer for them.
                 with lock:
-                    calls = self._send_batch(self.score_streams, self.score_feeds, req, snapshot_fn())
+                    calls = self._send(self.score_streams, self.score_feeds, req, snapshot_fn(), ShardStream.send)
                 responses = self._gather(calls)
                 t5 = time.perf_counter()
                 clock["score_rpc"] += t5 - t4
@@ -295,7 +290,8 @@ class FanOutEvaluator(ReplicaEvaluator):
                                 max_feasible=0 if evaluate_all else to_find, evaluate_all=evaluate_all,
                                 start_index=start, order_digest=cols.order_digest)
         md = inject_grpc_metadata()  # each shard's span joins this attempt's trace
-        calls = self._send(self.filter_stubs, self.filter_feeds, "Filter", req, snapshot, md)  # (in the cycle: locked)
+        # (in the cycle: locked)
+        calls = self._send(self.filter_stubs, self.filter_feeds, req, snapshot, self._unary("Filter", md))
         position = np.full(cols.n, -1, np.int64)  # row -> position in this cycle's node order
         position[ordered] = np.arange(len(ordered))
         feasible_pos: list[np.ndarray] = []
@@ -343,7 +339,7 @@ class FanOutEvaluator(ReplicaEvaluator):
         req = spb.ScoreRequest(pod=convert.pod_to_proto(pod), scheduler_name=fw.name, view=self.view_fn(),
                                feasible=[cols.names[r] for r in rows.tolist()])
         md = inject_grpc_metadata()
-        calls = self._send(self.score_stubs, self.score_feeds, "Score", req, snapshot, md)
+        calls = self._send(self.score_stubs, self.score_feeds, req, snapshot, self._unary("Score", md))
         out: dict[str, np.ndarray] = {}
         for resp in self._gather(calls):
             idx = np.asarray(resp.positions, np.int64)

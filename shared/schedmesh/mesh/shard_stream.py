@@ -103,8 +103,7 @@ class ShardStream:
                     error = StreamFailed(grpc.StatusCode.INTERNAL, f"{self.name} answered a request never sent")
                     call.cancel()
                     break
-                if not answer.done():
-                    answer.set_result(response)
+                answer.set_result(response)
         except grpc.RpcError as e:
             error = e
         with self._lock:
@@ -116,9 +115,8 @@ class ShardStream:
         if unanswered and error.code() is not grpc.StatusCode.CANCELLED:
             log.info("%s: stream ended (%s: %s); %d requests unanswered", self.name, error.code().name,
                      error.details(), len(unanswered))
-        for answer in unanswered:
-            if not answer.done():
-                answer.set_exception(error)
+        for answer in unanswered:  # (this reader is the only one to settle its stream's answers)
+            answer.set_exception(error)
 
     def give_up(self, call) -> None:
         """Cancel `call`; the next request opens another stream at once."""
