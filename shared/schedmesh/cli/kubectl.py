@@ -336,11 +336,10 @@ def watch(lister: Lister, views) -> None:
 # ------------------------------------------------------------------ get events
 def run_get_events(args: argparse.Namespace) -> int:
     from schedmesh.cli.mesh import _client
-    from schedmesh.v1 import queue_pb2
     ns = _namespace(args)
     c = _client()
     try:
-        events = list(c.call("ListEvents", queue_pb2.EventsRequest(namespace=ns)).events)
+        events = c.list_events(ns)
     finally:
         c.close()
     if args.name:

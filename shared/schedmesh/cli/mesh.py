@@ -218,7 +218,7 @@ def _act_two(c: Client, timeout: float) -> None:
         topic of their own), or what there is after `wait` seconds."""
         deadline = time.time() + wait
         while True:
-            got = [e for e in c.call("ListEvents", queue_pb2.EventsRequest()).events if e.reason == reason]
+            got = [e for e in c.list_events() if e.reason == reason]
             if len(got) >= at_least or time.time() > deadline:
                 return got
             time.sleep(0.2)

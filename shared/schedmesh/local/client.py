@@ -13,7 +13,7 @@ from schedmesh.local.supervisor import (APPLIED_DIR, MeshError, MeshState, load_
                                         supervisor_alive)
 
 MAX_MESSAGE_BYTES = 512 * 2**20
-LIST_PAGE = 5000  # pods or nodes a Get asks for at a time (a page of nodes about 2 MB, of pods about 5)
+LIST_PAGE = 5000  # pods, nodes or events a list asks for at a time (a page of nodes about 2 MB, of pods about 5)
 
 
 def _err(msg: str) -> None:
@@ -140,17 +140,24 @@ class Client:
 
     def list_pods(self, namespace: str = "") -> list:
         """Every pod (of `namespace`; "" all) as PodViews, by namespace and name, in pages."""
-        return self._list("GetPods", "pods", namespace)
+        from schedmesh.v1 import queue_pb2
+        return self._list("GetPods", queue_pb2.GetRequest, "pods", namespace)
 
     def list_nodes(self) -> list:
         """Every node as NodeViews, by name, in pages."""
-        return self._list("GetNodes", "nodes")
-
-    def _list(self, method: str, field: str, namespace: str = "") -> list:
-        """All of a Get's items, LIST_PAGE at a time (kubectl's chunked lists: at 200,000 nodes the
-        whole list was 70 MB, more than a message may carry)."""
         from schedmesh.v1 import queue_pb2
-        request = queue_pb2.GetRequest(namespace=namespace, limit=LIST_PAGE)
+        return self._list("GetNodes", queue_pb2.GetRequest, "nodes")
+
+    def list_events(self, namespace: str = "") -> list:
+        """Every event kept (of `namespace`; "" all), oldest first, in pages."""
+        from schedmesh.v1 import queue_pb2
+        return self._list("ListEvents", queue_pb2.EventsRequest, "events", namespace)
+
+    def _list(self, method: str, request_type, field: str, namespace: str = "") -> list:
+        """All of a list's items, LIST_PAGE at a time (kubectl's chunked lists: at 200,000 nodes the
+        whole list was 70 MB, more than a message may carry); `request_type` is the method's request
+        message (one with namespace, limit and continue_token)."""
+        request = request_type(namespace=namespace, limit=LIST_PAGE)
         items: list = []
         while True:
             page = self.call(method, request)

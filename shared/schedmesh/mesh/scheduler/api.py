@@ -6,6 +6,7 @@ import asyncio
 import functools
 import heapq
 import logging
+import math
 import operator
 import os
 import time
@@ -144,10 +145,62 @@ def _page(keyed: list, limit: int) -> tuple[list, bool]:
     return keyed, False
 
 
-_ASK_FOR_PAGES = "ask for pages (GetRequest.limit and continue_token; schedmesh's own client does)"
+def _pod_after(token: str) -> Optional[tuple[str, str]]:
+    """The pod a page of pods ended with, from its continue_token NAMESPACE/NAME; None when the
+    token names none."""
+    namespace, sep, name = token.partition("/")
+    return (namespace, name) if sep and namespace and name else None
 
 
-async def _fits(out, what: str, context, instead: str = _ASK_FOR_PAGES):
+_POD_TOKEN = "a pod's NAMESPACE/NAME (the continue_token of a page of pods)"
+
+
+def _events_keyed(by_pod: list, namespace: str, after: Optional[tuple]) -> list:
+    """(key, event) pairs of the events of `namespace` ("" all) after the key `after` (None: all),
+    from (pod uid, its events) pairs. The key, (timestamp, pod uid, ordinal), orders events
+    totally, so pages neither skip nor repeat events of the same time: the ordinal is an event's
+    place among its pod's events of the same timestamp (a pod's events keep their order)."""
+    since = after[0] if after is not None else -math.inf
+    keyed = []
+    for uid, events in by_pod:
+        ordinals: dict[float, int] = {}
+        for e in events:
+            if e.timestamp < since:
+                continue  # before the page; an ordinal counts only events of its own timestamp
+            ordinal = ordinals[e.timestamp] = ordinals.get(e.timestamp, -1) + 1
+            key = (e.timestamp, uid, ordinal)
+            if (after is None or key > after) and (not namespace or e.pod.partition("/")[0] == namespace):
+                keyed.append((key, e))
+    return keyed
+
+
+def _event_token(key: tuple[float, str, int]) -> str:
+    """An events page's continue_token: its last key as TIMESTAMP/POD_UID/ORDINAL (repr: the
+    timestamp read back is the same float)."""
+    timestamp, uid, ordinal = key
+    return f"{timestamp!r}/{uid}/{ordinal}"
+
+
+def _event_after(token: str) -> Optional[tuple[float, str, int]]:
+    """The key an events page ended with, from its continue_token (_event_token); None when the
+    token names none. The uid is what lies between the first and last "/"."""
+    timestamp, _, rest = token.partition("/")
+    uid, sep, ordinal = rest.rpartition("/")
+    try:
+        key = float(timestamp), uid, int(ordinal)
+    except ValueError:
+        return None
+    return key if sep and math.isfinite(key[0]) and key[2] >= 0 else None
+
+
+_EVENT_TOKEN = "an event's TIMESTAMP/POD_UID/ORDINAL (the continue_token of a page of events)"
+
+
+def _ask_for_pages(request_type: str) -> str:
+    return f"ask for pages ({request_type}.limit and continue_token; schedmesh's own client does)"
+
+
+async def _fits(out, what: str, context, instead: str = _ask_for_pages("GetRequest")):
     """`out`, or RESOURCE_EXHAUSTED when it is larger than a message may be (a list of everything
     asked at once), saying what to ask `instead`: a list is never sent cut short."""
     size = out.ByteSize()
@@ -532,7 +585,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
     async def GetPods(self, request, context):
         """The pods by namespace and name, all of them or a page (GetRequest.limit, continue_token)."""
         qm = self.qm
-        after = await self._continue_after(request, context, pod_key=True)
+        after = await self._continue_after(request, context, _pod_after, _POD_TOKEN)
         pending = qm.pending_map()
         with qm.cache.lock:
             keyed = [((p.namespace, p.name), p) for p in qm.cache.pods.values()
@@ -548,7 +601,7 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         """The nodes by name, all of them or a page (GetRequest.limit, continue_token): converted
         outside the cache lock (200,000 nodes took seconds under it)."""
         qm = self.qm
-        after = await self._continue_after(request, context, pod_key=False)
+        after = await self._continue_after(request, context)
         with qm.cache.lock:
             keyed = [(ni.name, (ni.node, len(ni.pods), ni.requested.milli_cpu, ni.requested.memory))
                      for ni in qm.cache.snapshot.node_info_list
@@ -564,20 +617,18 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         return await _fits(out, "nodes", context)
 
     @staticmethod
-    async def _continue_after(request, context, pod_key: bool):
-        """The key the page starts after (None: from the first); INVALID_ARGUMENT for a bad request."""
+    async def _continue_after(request, context, key_of=str, token_is: str = ""):
+        """The key the page starts after (None: from the first), read from the continue_token by
+        `key_of` (None: the token is not `token_is`); INVALID_ARGUMENT for a bad request."""
         if request.limit < 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"limit: must not be negative, not {request.limit}")
         token = request.continue_token
         if not token:
             return None
-        if not pod_key:
-            return token
-        namespace, sep, name = token.partition("/")
-        if not sep or not namespace or not name:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"continue_token: {token!r} is not a pod's NAMESPACE/NAME (the continue_token of a page of pods)")
-        return namespace, name
+        after = key_of(token)
+        if after is None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"continue_token: {token!r} is not {token_is}")
+        return after
 
     async def DescribePod(self, request, context):
         qm = self.qm
@@ -592,15 +643,20 @@ class SchedulerServicer(queue_pb2_grpc.SchedulerServicer):
         return queue_pb2.PodDescription(pod=view, events=events)
 
     async def ListEvents(self, request, context):
-        """`schedmesh get events`: every event kept, those of pods deleted since included (kept an
-        hour, as kube's API server keeps events: an evicted or preempted pod's story is in them)."""
+        """`schedmesh get events`: the events kept, those of pods deleted since included (kept an
+        hour, as kube's API server keeps events: an evicted or preempted pod's story is in them),
+        oldest first, all of them or a page (EventsRequest.limit, continue_token). Only the lists
+        are copied under the notes lock; keyed and paged outside it."""
         qm = self.qm
+        after = await self._continue_after(request, context, _event_after, _EVENT_TOKEN)
         with qm._notes_lock:
-            events = [e for n in qm.notes.values() for e in n.events
-                      if not request.namespace or e.pod.partition("/")[0] == request.namespace]
-        events.sort(key=lambda e: e.timestamp)
-        return await _fits(queue_pb2.EventList(events=events), "events", context,
-                           "ask for one namespace's (EventsRequest.namespace; `get events -n NS`)")
+            by_pod = [(uid, list(n.events)) for uid, n in qm.notes.items()]
+        page, more = _page(_events_keyed(by_pod, request.namespace, after), request.limit)
+        out = queue_pb2.EventList(events=[e for _, e in page])
+        if more:
+            out.continue_token = _event_token(page[-1][0])
+        return await _fits(out, "events", context, _ask_for_pages("EventsRequest") +
+                           " or one namespace's (EventsRequest.namespace; `get events -n NS`)")
 
     # This process's /metrics, set by service.serve once it listens ("" before, or without metrics).
     metrics_url: str = ""

@@ -661,6 +661,88 @@ def test_get_events_keeps_a_deleted_pods_events() -> None:
         with pytest.raises(Aborted) as e:
             asyncio.run(s.ListEvents(queue_pb2.EventsRequest(), Context()))
     assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "one namespace's" in e.value.details
+    assert "ask for pages (EventsRequest.limit" in e.value.details
+
+
+def _eventful() -> api.SchedulerServicer:
+    """A stand-in queue-manager keeping events of three pods, some at the same time: two of web-0's
+    at 2.0 (kept in the order they came), one of each pod at 2.0, and web-1's out of time order."""
+    def notes(uid: str, pod: str, *events: tuple[str, float]) -> SimpleNamespace:
+        return SimpleNamespace(events=[events_pb2.Event(pod_uid=uid, pod=pod, reason=reason, timestamp=timestamp)
+                                       for reason, timestamp in events])
+    s = servicer()
+    s.qm.notes = {"u-a": notes("u-a", "default/web-0", ("a1", 1.0), ("a2", 2.0), ("a2-again", 2.0), ("a5", 5.0)),
+                  "u-c": notes("u-c", "default/web-1", ("c4", 4.0), ("c2", 2.0)),
+                  "u-b": notes("u-b", "team/db-0", ("b2", 2.0), ("b3", 3.0))}
+    s.qm._notes_lock = threading.Lock()
+    return s
+
+
+def _event_pages(s: api.SchedulerServicer, limit: int, namespace: str = "", between_pages=None) -> list[list[str]]:
+    """The reasons of each page of events, walking the continue_tokens; `between_pages()` is called
+    after each page but the last."""
+    request, pages = queue_pb2.EventsRequest(namespace=namespace, limit=limit), []
+    while True:
+        page = asyncio.run(s.ListEvents(request, Context()))
+        pages.append([e.reason for e in page.events])
+        if not page.continue_token:
+            return pages
+        if between_pages is not None:
+            between_pages()
+        request.continue_token = page.continue_token
+
+
+ALL_EVENTS = ["a1", "a2", "a2-again", "b2", "c2", "b3", "c4", "a5"]  # by time, pod uid, order in the pod
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3])
+def test_events_are_listed_in_pages_each_once_in_the_order_of_the_whole_list(limit: int) -> None:
+    s = _eventful()
+    assert _event_pages(s, 0) == [ALL_EVENTS]
+    pages = _event_pages(s, limit)
+    assert [reason for page in pages for reason in page] == ALL_EVENTS
+    assert [len(page) for page in pages] == [limit] * (len(pages) - 1) + [len(pages[-1])] and pages[-1]
+
+
+def test_an_events_page_token_still_works_after_events_come_between_pages() -> None:
+    """An event added after the token's place is listed on a later page, one before it is not
+    (no snapshot is kept), and none twice; nor does a token need its pod's events still kept."""
+    s = _eventful()
+    notes = s.qm.notes
+
+    def after_the_first_page() -> None:  # web-0's third event at 2.0: after the token, its second
+        notes["u-a"].events.append(events_pb2.Event(pod_uid="u-a", pod="default/web-0", reason="a2-late", timestamp=2.0))
+
+    def after_the_second_page() -> None:  # an event of earlier, and web-0's notes pruned (the token is its a2-late)
+        notes["u-b"].events.append(events_pb2.Event(pod_uid="u-b", pod="team/db-0", reason="b0-late", timestamp=0.5))
+        del notes["u-a"]
+    gaps = iter([after_the_first_page, after_the_second_page, lambda: None])
+    pages = _event_pages(s, 2, between_pages=lambda: next(gaps)())
+    assert pages == [["a1", "a2"], ["a2-again", "a2-late"], ["b2", "c2"], ["b3", "c4"]]
+
+
+def test_one_namespaces_events_are_listed_in_pages() -> None:
+    s = _eventful()
+    assert _event_pages(s, 2, namespace="default") == [["a1", "a2"], ["a2-again", "c2"], ["c4", "a5"]]
+    assert _event_pages(s, 1, namespace="team") == [["b2"], ["b3"]]
+    assert _event_pages(s, 1, namespace="none") == [[]]
+
+
+def test_the_client_lists_events_page_by_page() -> None:
+    from schedmesh.local import client as local_client
+    s = _eventful()
+    c = local_client.Client.__new__(local_client.Client)
+    asked = []
+    def call(method: str, request: queue_pb2.EventsRequest) -> queue_pb2.EventList:
+        asked.append((method, request.namespace, request.limit, request.continue_token))
+        return asyncio.run(getattr(s, method)(request, Context()))
+    c.call = call
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(local_client, "LIST_PAGE", 3)
+        assert [e.reason for e in c.list_events()] == ALL_EVENTS
+        assert [(m, ns, limit) for m, ns, limit, _ in asked] == [("ListEvents", "", 3)] * 3
+        assert asked[0][3] == "" and all(token for *_, token in asked[1:])
+        assert [e.reason for e in c.list_events("team")] == ["b2", "b3"]
 
 
 def test_writes_run_together_and_a_re_publication_alone() -> None:
@@ -783,8 +865,13 @@ def test_a_list_too_large_for_one_message_is_refused_and_pages_are_not(monkeypat
 @pytest.mark.parametrize("method, request_, says", [
     ("GetNodes", queue_pb2.GetRequest(limit=-1), "limit: must not be negative"),
     ("GetPods", queue_pb2.GetRequest(limit=2, continue_token="no-slash"), "not a pod's NAMESPACE/NAME"),
+    ("ListEvents", queue_pb2.EventsRequest(limit=-1), "limit: must not be negative"),
+    *(pytest.param("ListEvents", queue_pb2.EventsRequest(limit=2, continue_token=token),
+                   f"continue_token: {token!r} is not an event's TIMESTAMP/POD_UID/ORDINAL "
+                   "(the continue_token of a page of events)", id=f"ListEvents-{token}")
+      for token in ("2.0/u-a", "default/web-0", "soon/u-a/0", "2.0/u-a/first", "2.0/u-a/-1", "nan/u-a/0")),
 ])
-def test_a_bad_page_request_is_refused(method: str, request_: queue_pb2.GetRequest, says: str) -> None:
+def test_a_bad_page_request_is_refused(method: str, request_, says: str) -> None:
     with pytest.raises(Aborted) as e:
         asyncio.run(getattr(_listed_cluster(), method)(request_, Context()))
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and says in e.value.details
