@@ -186,8 +186,9 @@ def _pods_by_name(c: Client) -> dict:
     return {v.pod.metadata.name: v.pod for v in c.list_pods()}
 
 
-def _wait_for(c: Client, done, what: str, timeout: float) -> dict:
-    """Poll the pods until `done(pods by name)`; say so when it does not happen in time."""
+def _wait_for(c: Client, done, what: str, timeout: float, missed: list[str]) -> dict:
+    """Poll the pods until `done(pods by name)`; when it does not happen in time, say so and add
+    `what` to `missed` (the demo goes on, and fails at its end)."""
     deadline = time.time() + timeout
     while True:
         pods = _pods_by_name(c)
@@ -195,6 +196,7 @@ def _wait_for(c: Client, done, what: str, timeout: float) -> dict:
             return pods
         if time.time() > deadline:
             _err(f"schedmesh demo: {what} did not happen within {timeout:.0f}s")
+            missed.append(what)
             return pods
         time.sleep(0.3)
 
@@ -203,7 +205,7 @@ def _gone(p) -> bool:
     return p is None or bool(p.metadata.deletion_timestamp) or p.phase in ("Failed", "Succeeded")
 
 
-def _act_two(c: Client, timeout: float) -> None:
+def _act_two(c: Client, timeout: float, missed: list[str]) -> None:
     """The acting half on the edge node: a preemption, then a node-pressure eviction."""
     from schedmesh.v1 import queue_pb2
 
@@ -225,24 +227,30 @@ def _act_two(c: Client, timeout: float) -> None:
 
     apply("1-batch.yaml")
     _wait_for(c, lambda ps: all(ps.get(n) is not None and ps[n].node_name for n in ("batch-a", "batch-b")),
-              "binding the batch pods", timeout)
+              "binding the batch pods", timeout, missed)
     apply("2-urgent.yaml")
     pods = _wait_for(c, lambda ps: ps.get("urgent-fix") is not None and bool(ps["urgent-fix"].node_name)
-                     and any(_gone(ps.get(n)) for n in ("batch-a", "batch-b")), "the preemption", timeout)
+                     and any(_gone(ps.get(n)) for n in ("batch-a", "batch-b")), "the preemption", timeout, missed)
     urgent = pods.get("urgent-fix")
     victims = [n for n in ("batch-a", "batch-b") if _gone(pods.get(n))]
     print(f"\n== preemption: urgent-fix (priority {urgent.priority if urgent else '?'}) bound to "
           f"{urgent.node_name if urgent and urgent.node_name else '<pending>'}; preempted: {', '.join(victims) or 'none'}")
-    for e in events("Preempted", len(victims)):
+    preempted = events("Preempted", len(victims))
+    for e in preempted:
         print(f"  {e.type} Preempted {e.pod}: {e.message}")
+    if len(preempted) < len(victims):
+        missed.append("a Preempted event for each victim")
     apply("3-memory-hog.yaml")
     pods = _wait_for(c, lambda ps: ps.get("memory-hog") is not None and ps["memory-hog"].phase == "Failed",
-                     "the node-pressure eviction", timeout)
+                     "the node-pressure eviction", timeout, missed)
     hog = pods.get("memory-hog")
     if hog is not None:
         print(f"\n== node-pressure eviction: memory-hog {hog.phase} ({hog.status_reason}): {hog.status_message}")
-    for e in events("Evicted"):
+    evicted = events("Evicted")
+    for e in evicted:
         print(f"  {e.type} Evicted {e.pod}: {e.message}")
+    if not evicted:
+        missed.append("the Evicted event")
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -257,6 +265,7 @@ def run_demo(args: argparse.Namespace) -> int:
         print(said, flush=True)
     state, _sup = start_mesh(str(DEFAULT_POOL), 2, 2, None, detach=True)
     c: Optional[Client] = None
+    missed: list[str] = []  # what did not happen in time: the demo says so and fails (`make run` too)
     try:  # from here on, whatever happens (`schedmesh demo | head` closes the output), the mesh goes down
         print_summary(state)
         c = Client(state)
@@ -285,6 +294,7 @@ def run_demo(args: argparse.Namespace) -> int:
             if time.time() > deadline:
                 _err(f"schedmesh demo: {len(undecided)} pods still undecided after {args.timeout:.0f}s: "
                      + ", ".join(v.pod.metadata.name for v in undecided[:10]))
+                missed.append("deciding every pod")
                 break
             time.sleep(0.3)
         print(f"\n== placements ({time.time() - t0:.1f}s)")
@@ -301,7 +311,7 @@ def run_demo(args: argparse.Namespace) -> int:
                                                                 name=v.pod.metadata.name))
             print(f"\n== schedmesh describe pod {v.pod.metadata.name} -n {v.pod.metadata.namespace}")
             print(describe_pod(d))
-        _act_two(c, args.timeout)
+        _act_two(c, args.timeout, missed)
         if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
             print(f"\ntraces: search the trace ids above in {JAEGER_UI}")
     finally:
@@ -316,6 +326,9 @@ def run_demo(args: argparse.Namespace) -> int:
             print("mesh stopped")
         else:
             print("\nthe mesh is still running: `schedmesh down` stops it")
+    if missed:
+        _err(f"schedmesh demo: did not happen in time: {', '.join(missed)}")
+        return 1
     return 0
 
 
