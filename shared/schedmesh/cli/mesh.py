@@ -215,7 +215,7 @@ def _act_two(c: Client, timeout: float, missed: list[str]) -> None:
         for line in c.call("Apply", queue_pb2.ApplyRequest(manifest=text, source=f"acting/{name}")).applied:
             print(f"  {line}")
 
-    def events(reason: str, at_least: int = 1, wait: float = 5.0) -> list:
+    def events(reason: str, at_least: int = 1, wait: float = 15.0) -> list:
         """The events of `reason`, once `at_least` of them are read (they follow their acts on a
         topic of their own), or what there is after `wait` seconds."""
         deadline = time.time() + wait
