@@ -10,6 +10,7 @@ from __future__ import annotations
 import copyreg
 import dataclasses
 import operator
+import pickle
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Optional
@@ -499,6 +500,13 @@ def same_template(a: Pod, b: Pod) -> bool:
     """Whether two pods differ in their identity only (name, uid, resource version, creation
     time): replicas of one template."""
     return a is b or _equal_but(a, b, _TEMPLATE_POD_FIELDS, _TEMPLATE_META_FIELDS)
+
+
+def template_key(pod: Pod) -> bytes:
+    """What same_template compares, encoded: equal for two pods of different templates never, for
+    replicas of one as a rule (a dict or set holding the same items in another order encodes
+    otherwise). A key to look a template up by, same_template still the judge."""
+    return pickle.dumps((_TEMPLATE_POD_FIELDS(pod), _TEMPLATE_META_FIELDS(pod.meta)), pickle.HIGHEST_PROTOCOL)
 
 
 _WORKLOAD_SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(WorkloadSpec) if f.name != "template")

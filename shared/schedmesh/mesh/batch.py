@@ -36,7 +36,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from schedmesh.api import convert
-from schedmesh.api.types import same_template
+from schedmesh.api.types import same_template, template_key
 from schedmesh.cache.snapshot import Snapshot, SnapshotChanges
 from schedmesh.framework.interface import Code, CycleState, Status
 from schedmesh.framework.runtime import Framework, Nominator
@@ -323,15 +323,24 @@ def score_answers(batch: ShardBatch, items: Sequence[tuple[Framework, object]], 
 
 def templates_of(items: Sequence[tuple[Framework, object]]) -> list[int]:
     """Per item, the index of the first item with its profile and template (api.types.same_template):
-    replicas are asked of the shards once, their answers shared (`share_answers`)."""
-    firsts: list[int] = []
+    replicas are asked of the shards once, their answers shared (`share_answers`). Replicas come
+    together as a rule: an item is compared with the template of the item before it first, else
+    looked up by its template's key (comparing it with every template before it made a run of
+    1,024 distinct pods 520,000 comparisons, 0.5 s)."""
+    by_key: dict[tuple, list[int]] = {}
     out: list[int] = []
+    last = -1
     for i, (fw, pod) in enumerate(items):
-        j = next((j for j in firsts if items[j][0] is fw and same_template(items[j][1], pod)), None)
+        if last >= 0 and items[last][0] is fw and same_template(items[last][1], pod):
+            out.append(last)
+            continue
+        firsts = by_key.setdefault((id(fw), template_key(pod)), [])
+        j = next((j for j in firsts if same_template(items[j][1], pod)), None)
         if j is None:
             firsts.append(i)
             j = i
         out.append(j)
+        last = j
     return out
 
 
