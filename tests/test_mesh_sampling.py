@@ -271,6 +271,7 @@ class BatchUse:
     answered: int = 0  # pods whose Filter came from a batch
     local_rows: int = 0  # rows re-evaluated for nodes changed since the batch's view
     logged_rows: int = 0  # the same, as the evaluator counts them for the queue-manager's log
+    here: int = 0  # pods alone of their template in their run, evaluated by the queue-manager
 
 
 def runs(fw: Framework, pending: list[Pod], size: int) -> Iterator[list[Pod]]:
@@ -287,12 +288,14 @@ def runs(fw: Framework, pending: list[Pod], size: int) -> Iterator[list[Pod]]:
 
 def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list[str]], client: str,
                    pending: list[Pod], batch_size: int = 0, use: Optional[BatchUse] = None,
-                   pipelined: bool = False) -> list[Decision]:
+                   pipelined: bool = False, ask_alone: bool = True) -> list[Decision]:
     """The queue-manager's decisions through the shards: pod by pod, or in runs of `batch_size`
     (each run's batch prepared just before it, or, `pipelined`, before the previous run is
-    decided, as the queue-manager's loop prepares the next run while it decides one)."""
+    decided, as the queue-manager's loop prepares the next run while it decides one).
+    `ask_alone`: pods alone of their template in a run asked of the shards too (the queue-manager
+    evaluates them itself), so that batches answer every kind of pod here."""
     # The workers take the cluster from the evaluator's feeds (this cache's snapshot).
-    evaluator = FanOutEvaluator(*evaluator_targets, lambda: spb.ClusterView(client_id=client))
+    evaluator = FanOutEvaluator(*evaluator_targets, lambda: spb.ClusterView(client_id=client), ask_alone=ask_alone)
     try:
         fw = Framework(default_profile(), snapshot_fn=lambda: cache.snapshot)
         algo = SchedulingAlgorithm(tie_break="name", evaluator=evaluator)
@@ -324,6 +327,7 @@ def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list
                 out.append(d)
             if use is not None and evaluator._batch is not None:
                 use.batchable += len(items)
+                use.here += evaluator._batch.evaluated_here
                 use.answered += evaluator._batch.hits
                 use.local_rows += evaluator._batch.local_rows
             evaluator.end_batch()
@@ -339,7 +343,7 @@ def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list
 
 
 async def run_mesh(published: Published, shards: int, mesh: Mesh, batch_size: int = 0,
-                   use: Optional[BatchUse] = None, pipelined: bool = False) -> list[Decision]:
+                   use: Optional[BatchUse] = None, pipelined: bool = False, ask_alone: bool = True) -> list[Decision]:
     # One client per cluster and shard count: its next view replaces what it assumed before.
     client = f"test-qm-{published.name}-{shards}"
     cache = ClusterCache()
@@ -350,7 +354,7 @@ async def run_mesh(published: Published, shards: int, mesh: Mesh, batch_size: in
             assert list(cache.snapshot.cols.names) == published.node_order, "the replica orders the nodes differently"
         return await asyncio.to_thread(mesh_decisions, cache,
                                        (mesh.filter_targets[shards], mesh.score_targets[shards]),
-                                       client, published.cluster.pending, batch_size, use, pipelined)
+                                       client, published.cluster.pending, batch_size, use, pipelined, ask_alone)
     finally:
         await follower.stop()
 
@@ -386,6 +390,20 @@ async def test_batches_decide_like_one_process(published: Published, shards: int
     assert use.answered >= use.batchable // 2 > 0, use  # the batches did the work
     assert use.local_rows > 0, use  # and the assumed pods' nodes were re-evaluated
     assert use.logged_rows == use.local_rows, use  # (what the queue-manager's log counts)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("published", ["SchedulingBasic"], indirect=True)
+async def test_pods_alone_of_their_template_are_evaluated_by_the_queue_manager(published: Published, mesh: Mesh) -> None:
+    """As the queue-manager runs batches: a pod alone of its template in its run is not asked of
+    the shards (its answers would cost more to merge than its sampled search costs), replicas
+    are; the same decisions as one process either way."""
+    use = BatchUse()
+    got = await run_mesh(published, 2, mesh, batch_size=16, use=use, ask_alone=False)
+    want = published.want
+    assert got == want, f"batches with pods alone evaluated here decided differently; first difference at {first_difference(want, got)}"
+    assert 0 < use.here < use.batchable, use  # replicas and odd pods (too big, pinned, fitting nowhere) in runs
+    assert 0 < use.answered <= use.batchable - use.here, use  # the replicas were answered by the shards
 
 
 @pytest.mark.timeout(300)

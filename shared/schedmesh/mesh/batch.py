@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -98,11 +99,14 @@ class PodAnswers:
 class ShardBatch:
     """One batch's answers, handed out pod by pod by FanOutEvaluator."""
 
-    def __init__(self, snapshot: Snapshot, changes: SnapshotChanges, nominated: frozenset) -> None:
+    def __init__(self, snapshot: Snapshot, changes: Optional[SnapshotChanges], nominated: frozenset,
+                 here: frozenset = frozenset()) -> None:
+        """`changes` None: nothing was asked of the shards (every pod of the run is `here`)."""
         self.snapshot = snapshot
         self.cols = snapshot.cols
         self.changes = changes
         self.nominated = nominated
+        self._here = here  # uids of the run's pods evaluated in this process (`alone`)
         self.answers: dict[str, PodAnswers] = {}
         self.templates: list[TemplateAnswers] = []
         self.next_start: Optional[int] = None  # the start index expected after the batch
@@ -115,9 +119,19 @@ class ShardBatch:
         return sum(t.local_rows for t in self.templates)
 
     def close(self) -> None:
-        self.snapshot.unwatch(self.changes)
+        if self.changes is not None:
+            self.snapshot.unwatch(self.changes)
         for t in self.templates:
             t.close()
+
+    @property
+    def evaluated_here(self) -> int:
+        """How many pods of the run are evaluated in this process (`alone`)."""
+        return len(self._here)
+
+    def here(self, pod) -> bool:
+        """Whether `pod` is evaluated in this process, not asked of the shards (`alone`)."""
+        return pod.meta.uid in self._here
 
     def seal(self, items: Sequence[tuple[Framework, object]], first: Sequence[int], lock) -> None:
         """Each template's answers become a TemplateAnswers its replicas in the batch share: a
@@ -342,6 +356,24 @@ def templates_of(items: Sequence[tuple[Framework, object]]) -> list[int]:
         out.append(j)
         last = j
     return out
+
+
+def replicated(first: Sequence[int]) -> list[int]:
+    """The templates (their first items, ascending) with more than one pod in the run: those
+    asked of the shards."""
+    counts = Counter(first)
+    return sorted(j for j, n in counts.items() if n > 1)
+
+
+def alone(items: Sequence[tuple[Framework, object]], first: Sequence[int]) -> frozenset:
+    """The uids of the run's pods alone of their template: evaluated in the queue-manager, as
+    with no shards. The shards' answers for a pod are a verdict per node from each shard, merged
+    per pod (arrays over every node) and filtered on every node (a batch cannot know the start
+    index): a run of distinct pods cost the queue-manager 1.4 ms a pod that way against 0.6 here
+    with kube's sampled search (SchedulingBasic's cluster, each pod its own requests, 1 + 1).
+    A template with replicas in the run is asked once for all of them."""
+    counts = Counter(first)
+    return frozenset(pod.meta.uid for (_, pod), j in zip(items, first) if counts[j] == 1)
 
 
 def share_answers(batch: ShardBatch, items: Sequence[tuple[Framework, object]], first: Sequence[int],

@@ -55,11 +55,13 @@ class FanOutEvaluator(ReplicaEvaluator):
     shards."""
 
     def __init__(self, filter_targets: Sequence[str], score_targets: Sequence[str], view_fn: ViewFn,
-                 timeout: float = 10.0, encode: Callable[[object], bytes] = encode_pod) -> None:
+                 timeout: float = 10.0, encode: Callable[[object], bytes] = encode_pod, ask_alone: bool = False) -> None:
         """`view_fn`: the nominated pods (the shards take the rest from their feeds); `encode`:
-        a pod's serialized Pod, for the feeds."""
+        a pod's serialized Pod, for the feeds; `ask_alone`: a run's pods alone of their template
+        are asked of the shards too (by default evaluated here: batching.alone)."""
         super().__init__()
         self.view_fn = view_fn
+        self.ask_alone = ask_alone
         self.timeout = timeout
         self._channels = []
         self.filter_stubs = [sgrpc.FilterWorkerStub(self._channel(t)) for t in filter_targets]
@@ -198,7 +200,8 @@ class FanOutEvaluator(ReplicaEvaluator):
                       start: int) -> Optional[batching.ShardBatch]:
         """The shards' answers for `items` (node-local pods, in queue order) on the cluster as it
         is now, expecting the node search to start at `start` for the first of them; None when
-        there are no shards, too few pods, or a shard failed (the pods then ask one by one).
+        there are no shards, too few pods, or a shard failed (the pods then ask one by one). Pods
+        alone of their template in the run are not asked: they are evaluated here (batching.alone).
         `traceparents`: each pod's attempt, which the shards' spans for that pod join. Safe to
         run beside the cycles of an earlier batch (the change log starts with the view)."""
         if not self.filter_stubs or len(items) < 2:
@@ -206,9 +209,13 @@ class FanOutEvaluator(ReplicaEvaluator):
         traceparents = traceparents or {}
         clock = self.batch_phases
         t0 = time.perf_counter()
-        # Replicas of one template are asked once; their answers are shared.
+        # Replicas of one template are asked once; their answers are shared. A pod alone of its
+        # template in the run is evaluated here (batching.replicated).
         first = batching.templates_of(items)
-        firsts = sorted(set(first))
+        firsts = sorted(set(first)) if self.ask_alone else batching.replicated(first)
+        here = frozenset() if self.ask_alone else batching.alone(items, first)
+        if not firsts:
+            return batching.ShardBatch(snapshot_fn(), None, frozenset(), here)
         asked_items = [items[j] for j in firsts]
         encoded = batching.encode_pods(asked_items)
         parent = traceparent_of(trace.get_current_span())  # each shard's span for a request joins this trace
@@ -218,7 +225,7 @@ class FanOutEvaluator(ReplicaEvaluator):
             snapshot = snapshot_fn()
             view = self.view_fn()
             batch = batching.ShardBatch(snapshot, snapshot.watch_changes(ignore_status_updates=True),
-                                        nominations(nominator))
+                                        nominations(nominator), here)
             req = batching.batch_request(view, asked_items, batch.cols.order_digest, encoded, traceparents)
             req.traceparent = parent
             try:
@@ -280,7 +287,8 @@ class FanOutEvaluator(ReplicaEvaluator):
             got = self._batch.filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
             if got is not None:
                 return got
-        if not self.filter_stubs or not node_local(fw, pod):  # (the shards hold what node-local pods read)
+        if (not self.filter_stubs or not node_local(fw, pod)  # (the shards hold what node-local pods read)
+                or (self._batch is not None and self._batch.here(pod))):
             return super().filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
         cols = snapshot.cols
         evaluate_all = to_find >= len(ordered)
@@ -333,7 +341,8 @@ class FanOutEvaluator(ReplicaEvaluator):
             got = self._batch.raw_scores(fw, state, pod, snapshot, rows)
             if got is not None:
                 return got
-        if not self.score_stubs or not node_local(fw, pod):  # (answers kept for replicas only where this process filtered)
+        if (not self.score_stubs or not node_local(fw, pod)  # (answers kept for replicas only where this process filtered)
+                or (self._batch is not None and self._batch.here(pod))):
             return super().raw_scores(fw, state, pod, snapshot, rows)
         cols = snapshot.cols
         req = spb.ScoreRequest(pod=convert.pod_to_proto(pod), scheduler_name=fw.name, view=self.view_fn(),

@@ -275,6 +275,14 @@ def test_templates_are_looked_up_not_compared_with_every_template_before(monkeyp
     assert len(compared) < 3 * len(items)
 
 
+def test_templates_with_replicas_in_the_run_are_asked_the_pods_alone_are_not() -> None:
+    fw = _framework(Snapshot())
+    items = [(fw, make_pod("a")), (fw, make_pod("big", cpu="2")), (fw, make_pod("b")), (fw, make_pod("odd", cpu="3"))]
+    first = B.templates_of(items)
+    assert B.replicated(first) == [0]
+    assert B.alone(items, first) == {items[1][1].meta.uid, items[3][1].meta.uid}
+
+
 def test_a_replica_whose_key_differs_still_gets_a_template_of_its_own_kind() -> None:
     """Labels given in another order: the same template (same_template), maybe another key; each
     pod's first is an earlier or the same pod of its template."""

@@ -61,7 +61,7 @@ class TracedEvaluator(FanOutEvaluator):
         if batch is not None:
             batch.trace_id = trace_id_of(span)
             self.batches += 1
-            self.batched_pods += len(items)
+            self.batched_pods += len(items) - batch.evaluated_here
         return batch
 
     def filter(self, *a, **kw):
