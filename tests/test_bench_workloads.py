@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from schedmesh.api.types import same_template
 from schedmesh.api.load import admit_all, load_files, load_text
 from schedmesh.api.to_json import node_to_json, pod_to_json
 from schedmesh.bench.cycle_bench import run as run_cycle_bench, schedule_in_process
@@ -81,7 +82,7 @@ def test_default_sizes_are_the_5000_nodes_variants(name):
 
 
 def test_every_workload_is_listed():
-    assert set(WORKLOAD_NAMES) == set(KUBE_SIZES) | {"Mixed"}
+    assert set(WORKLOAD_NAMES) == set(KUBE_SIZES) | {"Mixed", "DistinctPods"}
 
 
 @pytest.mark.parametrize("name", WORKLOAD_NAMES)
@@ -93,7 +94,7 @@ def test_nodes_and_default_pods_have_node_default_and_pod_default_shapes(name):
     assert len({n.name for n in nodes}) == len(nodes)
     if name == "Mixed":
         return
-    for p in init + measured:
+    for p in init + (measured if name != "DistinctPods" else []):
         assert _requests(p) == (100, 500 * 2**20)
         assert p.containers[0].limits == p.containers[0].requests
         assert p.priority == 0
@@ -193,6 +194,18 @@ def test_mixed_scheduling_base_pod():
     assert len(set(green)) == len(green)  # required anti-affinity holds among the placed init pods
 
 
+def test_distinct_pods_are_scheduling_basic_with_every_measured_pod_of_its_own_kind():
+    w, nodes, init, _, measured = _admitted("DistinctPods", nodes=40, init_pods=6, pods=300)
+    basic = build("SchedulingBasic", 40, 6, 300)
+    assert [n.name for n in nodes] == [n.name for n in basic.nodes] and len(init) == 6
+    assert default_sizes("DistinctPods") == default_sizes("SchedulingBasic")
+    kinds = {_requests(p) for p in measured}
+    assert len(kinds) == len(measured)  # no two alike (20,000 kinds)
+    assert all(p.containers[0].limits == p.containers[0].requests for p in measured)  # admitted as written
+    assert {cpu for cpu, _ in kinds} == set(range(1, 101)) and min(m for _, m in kinds) == 300 * 2**20
+    assert not any(same_template(a, b) for a, b in zip(w.measured, w.measured[1:]))
+
+
 def test_unschedulable_pods_fit_nowhere_and_come_first():
     w, nodes, init, unsched, measured = _admitted("Unschedulable", unschedulable_pods=7)
     assert len(unsched) == 7 and build("Unschedulable", 12, 6, 9).unschedulable.__len__() == 1000
@@ -211,6 +224,7 @@ def test_unschedulable_pods_fit_nowhere_and_come_first():
     ({"name": "SchedulingBasic", "init_pods": -1}, "init pods must not be negative, not -1"),
     ({"name": "SchedulingBasic", "unschedulable_pods": 5}, "workload SchedulingBasic has no unschedulable pods"),
     ({"name": "Mixed", "unschedulable_pods": 5}, "workload Mixed has no unschedulable pods"),
+    ({"name": "DistinctPods", "unschedulable_pods": 5}, "workload DistinctPods has no unschedulable pods"),
 ])
 def test_bad_sizes_and_names_are_refused_by_name(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -1,4 +1,4 @@
-"""The benchmark workloads of kube-scheduler's scheduler_perf, and `Mixed`.
+"""The benchmark workloads of kube-scheduler's scheduler_perf, and `Mixed` and `DistinctPods`.
 
 Each scheduler_perf workload is rebuilt with kube's shapes (test/integration/scheduler_perf:
 misc/, affinity/ and topology_spreading/performance-config.yaml and templates/):
@@ -278,6 +278,18 @@ def mixed_workload(nodes: int, init_pods: int, pods: int, seed: int = 1) -> Work
 MIXED_SIZES = (5000, 1000, 3000)
 
 
+def distinct_workload(nodes: Optional[int], init_pods: Optional[int], pods: Optional[int]) -> Workload:
+    """`DistinctPods` (not scheduler_perf's): SchedulingBasic with every measured pod of its own
+    kind, its requests (= limits, as pod-default's) 1-100m cpu and 300-499Mi memory, 20,000 kinds
+    in all. Replicas are answered from their template; these pods are each evaluated whole."""
+    w = build_shaped("SchedulingBasic", nodes, init_pods, pods)
+    for i, pod in enumerate(w.measured):
+        c = pod.containers[0]
+        own = {"cpu": Fraction(1 + i % 100, 1000), "memory": Fraction((300 + i // 100 % 200) * 2**20)}
+        c.requests, c.limits = dict(c.requests, **own), dict(c.limits, **own)
+    return Workload("DistinctPods", w.nodes, w.init, w.measured)
+
+
 def build(name: str, nodes: Optional[int] = None, init_pods: Optional[int] = None, pods: Optional[int] = None,
           seed: int = 1, unschedulable_pods: Optional[int] = None) -> Workload:
     """Workload `name` at its default sizes, or the ones given. Refuses unknown names and bad sizes."""
@@ -294,17 +306,21 @@ def build(name: str, nodes: Optional[int] = None, init_pods: Optional[int] = Non
             raise ValueError("workload Mixed has no unschedulable pods to set a count for")
         d_nodes, d_init, d_pods = MIXED_SIZES
         return mixed_workload(nodes or d_nodes, d_init if init_pods is None else init_pods, pods or d_pods, seed)
+    if name == "DistinctPods":
+        if unschedulable_pods:
+            raise ValueError("workload DistinctPods has no unschedulable pods to set a count for")
+        return distinct_workload(nodes, init_pods, pods)
     return build_shaped(name, nodes, init_pods, pods, unschedulable_pods)
 
 
 def default_sizes(name: str) -> tuple[int, int, int]:
     if name == "Mixed":
         return MIXED_SIZES
-    s = SHAPES[name]
+    s = SHAPES["SchedulingBasic" if name == "DistinctPods" else name]
     return s.nodes, s.init_pods, s.pods
 
 
-WORKLOAD_NAMES = tuple(SHAPES) + ("Mixed",)
+WORKLOAD_NAMES = tuple(SHAPES) + ("Mixed", "DistinctPods")
 
 
 # The two the mesh sampling tests build clusters from: (nodes, init pods, pending pods).
