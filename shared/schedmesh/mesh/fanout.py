@@ -210,7 +210,7 @@ class FanOutEvaluator(ReplicaEvaluator):
         clock = self.batch_phases
         t0 = time.perf_counter()
         # Replicas of one template are asked once; their answers are shared. A pod alone of its
-        # template in the run is evaluated here (batching.replicated).
+        # template in the run is evaluated here (batching.alone).
         first = batching.templates_of(items)
         firsts = sorted(set(first)) if self.ask_alone else batching.replicated(first)
         here = frozenset() if self.ask_alone else batching.alone(items, first)
