@@ -10,7 +10,10 @@ such a pod changes verdicts and scores only on the node it is assumed on. So:
 1. Under the cache lock, the queue-manager takes the view (offsets, assumed and nominated pods)
    and starts recording which snapshot rows change (`Snapshot.watch_changes`).
 2. FilterBatch: each filter shard filters every pod on all of its nodes (no quota, no start
-   index: those depend on the pods before), against that one view.
+   index: those depend on the pods before), against that one view: one pod per template with
+   replicas in the run (`templates_of`); a pod alone of its template is evaluated by the
+   queue-manager itself (`alone`: all nodes' verdicts for one pod cost more to merge than its
+   sampled search).
 3. The queue-manager walks kube's node order for each pod from the start index the pods before
    it would leave (numFeasibleNodesToFind, the cancelling node, the index advance: the walk of
    `SchedulingAlgorithm.filter_in_order`), which gives the nodes each pod is expected to score.
