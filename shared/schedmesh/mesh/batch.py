@@ -12,7 +12,7 @@ such a pod changes verdicts and scores only on the node it is assumed on. So:
 2. FilterBatch: each filter shard filters every pod on all of its nodes (no quota, no start
    index: those depend on the pods before), against that one view: one pod per template with
    replicas in the run (`templates_of`); a pod alone of its template is evaluated by the
-   queue-manager itself (`alone`: all nodes' verdicts for one pod cost more to merge than its
+   queue-manager itself (`asked_and_alone`: all nodes' verdicts for one pod cost more to merge than its
    sampled search).
 3. The queue-manager walks kube's node order for each pod from the start index the pods before
    it would leave (numFeasibleNodesToFind, the cancelling node, the index advance: the walk of
@@ -109,7 +109,7 @@ class ShardBatch:
         self.cols = snapshot.cols
         self.changes = changes
         self.nominated = nominated
-        self._here = here  # uids of the run's pods evaluated in this process (`alone`)
+        self._here = here  # uids of the run's pods evaluated in this process (`asked_and_alone`)
         self.answers: dict[str, PodAnswers] = {}
         self.templates: list[TemplateAnswers] = []
         self.next_start: Optional[int] = None  # the start index expected after the batch
@@ -129,11 +129,11 @@ class ShardBatch:
 
     @property
     def evaluated_here(self) -> int:
-        """How many pods of the run are evaluated in this process (`alone`)."""
+        """How many pods of the run are evaluated in this process (`asked_and_alone`)."""
         return len(self._here)
 
     def here(self, pod) -> bool:
-        """Whether `pod` is evaluated in this process, not asked of the shards (`alone`)."""
+        """Whether `pod` is evaluated in this process, not asked of the shards (`asked_and_alone`)."""
         return pod.meta.uid in self._here
 
     def seal(self, items: Sequence[tuple[Framework, object]], first: Sequence[int], lock) -> None:
@@ -361,22 +361,18 @@ def templates_of(items: Sequence[tuple[Framework, object]]) -> list[int]:
     return out
 
 
-def replicated(first: Sequence[int]) -> list[int]:
-    """The templates (their first items, ascending) with more than one pod in the run: those
-    asked of the shards."""
+def asked_and_alone(items: Sequence[tuple[Framework, object]], first: Sequence[int]) -> tuple[list[int], frozenset]:
+    """The templates (their first items, ascending) with more than one pod in the run, asked of
+    the shards once for all of them; and the uids of the run's pods alone of their template,
+    evaluated in the queue-manager as with no shards. The shards' answers for a pod are a verdict
+    per node from each shard, merged per pod (arrays over every node) and filtered on every node
+    (a batch cannot know the start index): a run of distinct pods cost the queue-manager 1.4 ms a
+    pod that way against 0.6 here with kube's sampled search (SchedulingBasic's cluster, each pod
+    its own requests, 1 + 1)."""
     counts = Counter(first)
-    return sorted(j for j, n in counts.items() if n > 1)
-
-
-def alone(items: Sequence[tuple[Framework, object]], first: Sequence[int]) -> frozenset:
-    """The uids of the run's pods alone of their template: evaluated in the queue-manager, as
-    with no shards. The shards' answers for a pod are a verdict per node from each shard, merged
-    per pod (arrays over every node) and filtered on every node (a batch cannot know the start
-    index): a run of distinct pods cost the queue-manager 1.4 ms a pod that way against 0.6 here
-    with kube's sampled search (SchedulingBasic's cluster, each pod its own requests, 1 + 1).
-    A template with replicas in the run is asked once for all of them."""
-    counts = Counter(first)
-    return frozenset(pod.meta.uid for (_, pod), j in zip(items, first) if counts[j] == 1)
+    asked = sorted(j for j, n in counts.items() if n > 1)
+    alone = frozenset(pod.meta.uid for (_, pod), j in zip(items, first) if counts[j] == 1)
+    return asked, alone
 
 
 def share_answers(batch: ShardBatch, items: Sequence[tuple[Framework, object]], first: Sequence[int],

@@ -58,7 +58,7 @@ class FanOutEvaluator(ReplicaEvaluator):
                  timeout: float = 10.0, encode: Callable[[object], bytes] = encode_pod, ask_alone: bool = False) -> None:
         """`view_fn`: the nominated pods (the shards take the rest from their feeds); `encode`:
         a pod's serialized Pod, for the feeds; `ask_alone`: a run's pods alone of their template
-        are asked of the shards too (by default evaluated here: batching.alone)."""
+        are asked of the shards too (by default evaluated here: batching.asked_and_alone)."""
         super().__init__()
         self.view_fn = view_fn
         self.ask_alone = ask_alone
@@ -201,7 +201,7 @@ class FanOutEvaluator(ReplicaEvaluator):
         """The shards' answers for `items` (node-local pods, in queue order) on the cluster as it
         is now, expecting the node search to start at `start` for the first of them; None when
         there are no shards, too few pods, or a shard failed (the pods then ask one by one). Pods
-        alone of their template in the run are not asked: they are evaluated here (batching.alone).
+        alone of their template in the run are not asked: they are evaluated here (batching.asked_and_alone).
         `traceparents`: each pod's attempt, which the shards' spans for that pod join. Safe to
         run beside the cycles of an earlier batch (the change log starts with the view)."""
         if not self.filter_stubs or len(items) < 2:
@@ -210,10 +210,9 @@ class FanOutEvaluator(ReplicaEvaluator):
         clock = self.batch_phases
         t0 = time.perf_counter()
         # Replicas of one template are asked once; their answers are shared. A pod alone of its
-        # template in the run is evaluated here (batching.alone).
+        # template in the run is evaluated here (batching.asked_and_alone).
         first = batching.templates_of(items)
-        firsts = sorted(set(first)) if self.ask_alone else batching.replicated(first)
-        here = frozenset() if self.ask_alone else batching.alone(items, first)
+        firsts, here = (sorted(set(first)), frozenset()) if self.ask_alone else batching.asked_and_alone(items, first)
         if not firsts:
             return batching.ShardBatch(snapshot_fn(), None, frozenset(), here)
         asked_items = [items[j] for j in firsts]
@@ -275,6 +274,10 @@ class FanOutEvaluator(ReplicaEvaluator):
         self.end_batch()
         self._batch = batch
 
+    def _here(self, pod) -> bool:
+        """Whether the run being decided left `pod` to this process (batching.asked_and_alone)."""
+        return self._batch is not None and self._batch.here(pod)
+
     def end_batch(self) -> None:
         if self._batch is not None:
             self.batch_local_rows += self._batch.local_rows
@@ -287,8 +290,8 @@ class FanOutEvaluator(ReplicaEvaluator):
             got = self._batch.filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
             if got is not None:
                 return got
-        if (not self.filter_stubs or not node_local(fw, pod)  # (the shards hold what node-local pods read)
-                or (self._batch is not None and self._batch.here(pod))):
+        # (the shards hold what node-local pods read)
+        if not self.filter_stubs or not node_local(fw, pod) or self._here(pod):
             return super().filter(algo, fw, state, pod, snapshot, ordered, to_find, diagnosis, nominator)
         cols = snapshot.cols
         evaluate_all = to_find >= len(ordered)
@@ -341,8 +344,8 @@ class FanOutEvaluator(ReplicaEvaluator):
             got = self._batch.raw_scores(fw, state, pod, snapshot, rows)
             if got is not None:
                 return got
-        if (not self.score_stubs or not node_local(fw, pod)  # (answers kept for replicas only where this process filtered)
-                or (self._batch is not None and self._batch.here(pod))):
+        # (answers kept for replicas only where this process filtered)
+        if not self.score_stubs or not node_local(fw, pod) or self._here(pod):
             return super().raw_scores(fw, state, pod, snapshot, rows)
         cols = snapshot.cols
         req = spb.ScoreRequest(pod=convert.pod_to_proto(pod), scheduler_name=fw.name, view=self.view_fn(),

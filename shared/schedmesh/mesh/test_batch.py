@@ -279,8 +279,9 @@ def test_templates_with_replicas_in_the_run_are_asked_the_pods_alone_are_not() -
     fw = _framework(Snapshot())
     items = [(fw, make_pod("a")), (fw, make_pod("big", cpu="2")), (fw, make_pod("b")), (fw, make_pod("odd", cpu="3"))]
     first = B.templates_of(items)
-    assert B.replicated(first) == [0]
-    assert B.alone(items, first) == {items[1][1].meta.uid, items[3][1].meta.uid}
+    asked, alone = B.asked_and_alone(items, first)
+    assert asked == [0]
+    assert alone == {items[1][1].meta.uid, items[3][1].meta.uid}
 
 
 def test_a_replica_whose_key_differs_still_gets_a_template_of_its_own_kind() -> None:
