@@ -61,13 +61,14 @@ def _parse_text(text: str) -> Fraction:
 
 
 def milli_value(q: Fraction) -> int:
-    """Quantity.MilliValue(): thousandths, rounded up."""
-    return math.ceil(q * 1000)
+    """Quantity.MilliValue(): thousandths, rounded up. (Integer arithmetic on the numerator and
+    denominator: `math.ceil(q * 1000)` built a Fraction, a gcd, for every pod's cpu in every cache.)"""
+    return -(-q.numerator * 1000 // q.denominator)
 
 
 def value(q: Fraction) -> int:
     """Quantity.Value(): whole units, rounded up."""
-    return math.ceil(q)
+    return -(-q.numerator // q.denominator)
 
 
 def format_milli(milli: int) -> str:

@@ -125,7 +125,8 @@ class PodResource:
 
 def _add(into: dict[str, Fraction], more: Mapping[str, Fraction]) -> None:
     for k, v in more.items():
-        into[k] = into.get(k, Fraction(0)) + v
+        # (a first quantity is taken as it is: 0 + v is v, and Fraction arithmetic is slow)
+        into[k] = into[k] + v if k in into else v
 
 
 def _max(into: dict[str, Fraction], more: Mapping[str, Fraction]) -> None:
@@ -138,7 +139,7 @@ def _with_non_missing(reqs: Mapping[str, Fraction], non_missing: Mapping[str, Fr
     out = dict(reqs)
     for k, v in non_missing.items():
         if k not in reqs:
-            out[k] = out.get(k, Fraction(0)) + v
+            out[k] = v
     return out
 
 
@@ -193,11 +194,20 @@ def _non_missing_defaults(requests: Mapping[str, Fraction], pod_level_set: bool)
     return out
 
 
+def _every_container_requests_cpu_and_memory(pod: Pod) -> bool:
+    return all(CPU in c.requests and MEMORY in c.requests for c in pod.containers) and \
+        all(CPU in c.requests and MEMORY in c.requests for c in pod.init_containers)
+
+
 def compute_pod_resource(pod: Pod) -> PodResource:
     """PodInfo.CalculateResource(): requests and the non-zero cpu/memory for scoring."""
     requests = pod_requests(pod)
-    non_missing = _non_missing_defaults(requests, has_pod_level_requests(pod))
-    non0 = pod_requests(pod, non_missing) if non_missing else requests
+    pod_level = has_pod_level_requests(pod)
+    non_missing = _non_missing_defaults(requests, pod_level)
+    if non_missing and (pod_level or not _every_container_requests_cpu_and_memory(pod)):
+        non0 = pod_requests(pod, non_missing)
+    else:
+        non0 = requests  # (no default would be added: the same sums)
     return PodResource(
         requests=Resource.from_list(requests),
         non0_cpu=milli_value(non0.get(CPU, Fraction(0))),

@@ -37,6 +37,16 @@ def test_rejects(text):
         parse_quantity(text)
 
 
+def test_rounding_up_is_the_exact_ceiling():
+    # (integer arithmetic on numerator and denominator: checked against Fraction's own ceiling)
+    import math
+    for numerator in range(-2001, 2002, 7):
+        for denominator in (1, 2, 3, 7, 1000, 1024, 10**9, 3 * 2**20):
+            q = Fraction(numerator, denominator)
+            assert milli_value(q) == math.ceil(q * 1000), q
+            assert value(q) == math.ceil(q), q
+
+
 def test_exact_sum():
     # Sub-milli parts add up exactly before rounding, as resource.Quantity does.
     assert milli_value(parse_quantity("0.4m") + parse_quantity("0.4m")) == 1

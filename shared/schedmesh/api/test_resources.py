@@ -30,6 +30,15 @@ def pod(spec: str):
     # pod-level limits only: requests default from the containers, then the limits
     ("  resources: {limits: {cpu: '2', memory: 4Gi}}\n"
      "  containers: [{name: a, resources: {requests: {cpu: 500m}}}]\n", 500, 4 * 2**30, 500, 4 * 2**30),
+    # every container requests both: the non-zero figures are the requests themselves
+    ("  containers: [{name: a, resources: {requests: {cpu: 37m, memory: 301Mi}}},"
+     " {name: b, resources: {requests: {cpu: 13m, memory: 1Mi}}}]\n", 50, 302 * 2**20, 50, 302 * 2**20),
+    # ... but for an init container that requests cpu only: it gets the memory default there
+    ("  initContainers: [{name: i, resources: {requests: {cpu: 10m}}}]\n"
+     "  containers: [{name: a, resources: {requests: {cpu: 37m, memory: 100Mi}}}]\n", 37, 100 * 2**20, 37, 200 * 2**20),
+    # sub-milli quantities add up before rounding up
+    ("  containers: [{name: a, resources: {requests: {cpu: 0.4m, memory: '1.5'}}},"
+     " {name: b, resources: {requests: {cpu: 0.4m, memory: '1.5'}}}]\n", 1, 3, 1, 3),
 ])
 def test_pod_requests(spec, cpu, mem, non0_cpu, non0_mem):
     r = compute_pod_resource(pod(spec))
