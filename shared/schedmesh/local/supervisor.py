@@ -425,8 +425,10 @@ class RestartPolicy:
     unhealthy_after: float = 20.0  # once SERVING, unhealthy this long: restart
     start_timeout: float = 120.0  # a restarted process not SERVING this long after its start: restart
     # a health check of every process this often (at most a quarter of unhealthy_after): each
-    # check wakes the supervisor and the process it asks; an idle mesh spent 1 % of a core here
-    check_interval: float = 2.0
+    # check wakes the supervisor and the process it asks (a check alone costs a shard about 1.4 ms
+    # of CPU: grpc.aio's call path, grpc's pool threads waking). Every 2 s, an idle 5,000-node
+    # mesh with 4 + 4 shards took 5.5 % of a core, 5.1 % every 5 s.
+    check_interval: float = 5.0
     check_timeout: float = 5.0  # a busy service may answer slowly; only a long silence counts
 
     @classmethod

@@ -48,6 +48,10 @@ from schedmesh.v1 import scheduling_pb2_grpc as sgrpc
 
 ViewFn = Callable[[], spb.ClusterView]
 
+# A shard's stream unused this long is closed (ShardStream.close_if_idle): runs come far more
+# often while pods arrive, and opening a stream again costs the shard about what one call does.
+STREAM_IDLE_SECONDS = 5.0
+
 
 class FanOutEvaluator(ReplicaEvaluator):
     """Filter on the filter shards and raw Score on the score shards; either phase runs in
@@ -110,7 +114,8 @@ class FanOutEvaluator(ReplicaEvaluator):
         """Until `stop` is set: send each shard the changes no request has carried for `idle`
         seconds, in an empty batch (its first feed, the whole cluster, as soon as it answers).
         So a request after a quiet spell (the first pods after the nodes registered) carries
-        a few changes, not the backlog, and a restarted shard is fed before it is needed."""
+        a few changes, not the backlog, and a restarted shard is fed before it is needed.
+        A shard's stream unused for STREAM_IDLE_SECONDS is closed (ShardStream.close_if_idle)."""
         plans = [*zip(self.filter_streams, self.filter_feeds), *zip(self.score_streams, self.score_feeds)]
         self._probe(plans)  # at once: before the cluster is sent, each shard says what feeds it reads
         while plans and not stop.wait(idle / 2):
@@ -130,6 +135,8 @@ class FanOutEvaluator(ReplicaEvaluator):
                     feed.reset()
                     batching.log.debug("feeding an idle shard failed (%s); the next request sends the cluster",
                                        e.code().name)
+            for stream, _ in plans:
+                stream.close_if_idle(STREAM_IDLE_SECONDS)
 
     def _probe(self, plans) -> None:
         """Ask each shard that has not answered yet, with a feed of an empty cluster, whether it

@@ -22,6 +22,7 @@ class EchoShard:
     def __init__(self, delay: float = 0.0) -> None:
         self.delay = delay
         self.streams = 0
+        self.ended = 0  # streams whose requests ended (the caller closed its side)
 
     def batches(self, requests, context):
         self.streams += 1
@@ -31,6 +32,7 @@ class EchoShard:
             if request == b"slow":
                 time.sleep(self.delay)
             yield request
+        self.ended += 1
 
 
 @pytest.fixture
@@ -105,3 +107,33 @@ def test_a_shard_that_is_down_fails_the_request_at_once():
         stream.send(b"hello").result()
     assert e.value.code() is grpc.StatusCode.UNAVAILABLE and time.monotonic() - t0 < 5
     ch.close()
+
+
+def _answer_threads(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"{name}-answers"]
+
+
+def test_an_idle_stream_is_closed_and_the_next_request_opens_another(shard_channel):
+    shard, method = shard_channel
+    stream = ShardStream(method, "idle-shard", timeout=10)
+    assert stream.send(b"a").result() == b"a"
+    assert not stream.close_if_idle(60.0)  # used just now
+    assert stream.close_if_idle(0.0)
+    deadline = time.monotonic() + 5
+    while (shard.ended < 1 or _answer_threads("idle-shard")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert shard.ended == 1  # the shard saw the requests end: no error, nothing cancelled
+    assert not _answer_threads("idle-shard")  # and the thread reading answers is gone
+    assert not stream.close_if_idle(0.0)  # nothing open
+    assert stream.send(b"b").result() == b"b"
+    assert (stream.opened, shard.streams) == (2, 2)
+
+
+def test_a_stream_awaiting_an_answer_is_not_closed_as_idle(shard_channel):
+    shard, method = shard_channel
+    stream = ShardStream(method, "busy-shard", timeout=10)
+    slow = stream.send(b"slow")  # answered after a second
+    assert not stream.close_if_idle(0.0)
+    assert slow.result() == b"slow"
+    assert stream.send(b"c").result() == b"c"
+    assert (stream.opened, shard.ended) == (1, 0)
