@@ -272,6 +272,7 @@ class BatchUse:
     local_rows: int = 0  # rows re-evaluated for nodes changed since the batch's view
     logged_rows: int = 0  # the same, as the evaluator counts them for the queue-manager's log
     here: int = 0  # pods alone of their template in their run, evaluated by the queue-manager
+    streams_opened: int = 0  # streams the evaluator opened, all shards together
 
 
 def runs(fw: Framework, pending: list[Pod], size: int) -> Iterator[list[Pod]]:
@@ -288,12 +289,13 @@ def runs(fw: Framework, pending: list[Pod], size: int) -> Iterator[list[Pod]]:
 
 def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list[str]], client: str,
                    pending: list[Pod], batch_size: int = 0, use: Optional[BatchUse] = None,
-                   pipelined: bool = False, ask_alone: bool = True) -> list[Decision]:
+                   pipelined: bool = False, ask_alone: bool = True, close_streams: bool = False) -> list[Decision]:
     """The queue-manager's decisions through the shards: pod by pod, or in runs of `batch_size`
     (each run's batch prepared just before it, or, `pipelined`, before the previous run is
     decided, as the queue-manager's loop prepares the next run while it decides one).
     `ask_alone`: pods alone of their template in a run asked of the shards too (the queue-manager
-    evaluates them itself), so that batches answer every kind of pod here."""
+    evaluates them itself), so that batches answer every kind of pod here. `close_streams`: each
+    shard's stream closed after every run, as the queue-manager closes one left idle."""
     # The workers take the cluster from the evaluator's feeds (this cache's snapshot).
     evaluator = FanOutEvaluator(*evaluator_targets, lambda: spb.ClusterView(client_id=client), ask_alone=ask_alone)
     try:
@@ -331,19 +333,24 @@ def mesh_decisions(cache: ClusterCache, evaluator_targets: tuple[list[str], list
                 use.answered += evaluator._batch.hits
                 use.local_rows += evaluator._batch.local_rows
             evaluator.end_batch()
+            if close_streams:
+                for stream in (*evaluator.filter_streams, *evaluator.score_streams):
+                    stream.close_if_idle(0.0)
             if ahead:
                 batch = following
             elif k + 1 < len(all_runs):
                 batch = prepare(k + 1, algo.next_start_node_index)
         if use is not None:
             use.logged_rows = evaluator.batch_local_rows
+            use.streams_opened = sum(st.opened for st in (*evaluator.filter_streams, *evaluator.score_streams))
         return out
     finally:
         evaluator.close()
 
 
 async def run_mesh(published: Published, shards: int, mesh: Mesh, batch_size: int = 0,
-                   use: Optional[BatchUse] = None, pipelined: bool = False, ask_alone: bool = True) -> list[Decision]:
+                   use: Optional[BatchUse] = None, pipelined: bool = False, ask_alone: bool = True,
+                   close_streams: bool = False) -> list[Decision]:
     # One client per cluster and shard count: its next view replaces what it assumed before.
     client = f"test-qm-{published.name}-{shards}"
     cache = ClusterCache()
@@ -354,7 +361,8 @@ async def run_mesh(published: Published, shards: int, mesh: Mesh, batch_size: in
             assert list(cache.snapshot.cols.names) == published.node_order, "the replica orders the nodes differently"
         return await asyncio.to_thread(mesh_decisions, cache,
                                        (mesh.filter_targets[shards], mesh.score_targets[shards]),
-                                       client, published.cluster.pending, batch_size, use, pipelined, ask_alone)
+                                       client, published.cluster.pending, batch_size, use, pipelined, ask_alone,
+                                       close_streams)
     finally:
         await follower.stop()
 
@@ -404,6 +412,20 @@ async def test_pods_alone_of_their_template_are_evaluated_by_the_queue_manager(p
     assert got == want, f"batches with pods alone evaluated here decided differently; first difference at {first_difference(want, got)}"
     assert 0 < use.here < use.batchable, use  # replicas and odd pods (too big, pinned, fitting nowhere) in runs
     assert 0 < use.answered <= use.batchable - use.here, use  # the replicas were answered by the shards
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("published", ["SchedulingBasic"], indirect=True)
+async def test_streams_closed_between_runs_decide_like_one_process(published: Published, mesh: Mesh) -> None:
+    """The queue-manager closes a shard's stream left idle (ShardStream.close_if_idle): the next
+    run opens another and its feed follows the ones sent on the stream before; here every run
+    goes on a stream of its own, with the same decisions as one process."""
+    use = BatchUse()
+    got = await run_mesh(published, 2, mesh, batch_size=16, use=use, close_streams=True)
+    want = published.want
+    assert got == want, f"runs on new streams decided differently; first difference at {first_difference(want, got)}"
+    assert use.answered >= use.batchable // 2 > 0, use
+    assert use.streams_opened >= 4 * 3, use  # 4 streams, each opened again for the runs after the first
 
 
 @pytest.mark.timeout(300)
