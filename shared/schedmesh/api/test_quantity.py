@@ -1,3 +1,4 @@
+import math
 from fractions import Fraction
 
 import pytest
@@ -39,7 +40,6 @@ def test_rejects(text):
 
 def test_rounding_up_is_the_exact_ceiling():
     # (integer arithmetic on numerator and denominator: checked against Fraction's own ceiling)
-    import math
     for numerator in range(-2001, 2002, 7):
         for denominator in (1, 2, 3, 7, 1000, 1024, 10**9, 3 * 2**20):
             q = Fraction(numerator, denominator)
