@@ -181,10 +181,14 @@ def pod_requests(pod: Pod, non_missing: Optional[Mapping[str, Fraction]] = None,
     return reqs
 
 
-def _non_missing_defaults(requests: Mapping[str, Fraction], pod_level_set: bool) -> dict[str, Fraction]:
+def _non_missing_defaults(pod: Pod, requests: Mapping[str, Fraction], pod_level_set: bool) -> dict[str, Fraction]:
+    """The defaults the non-zero requests add: none when every container requests cpu and memory
+    (summing the containers again would give the same)."""
     default_cpu = Fraction(DEFAULT_MILLI_CPU_REQUEST, 1000)
     default_mem = Fraction(DEFAULT_MEMORY_REQUEST)
     if not pod_level_set:
+        if _every_container_requests_cpu_and_memory(pod):
+            return {}
         return {CPU: default_cpu, MEMORY: default_mem}
     out: dict[str, Fraction] = {}
     if CPU not in requests:
@@ -202,12 +206,8 @@ def _every_container_requests_cpu_and_memory(pod: Pod) -> bool:
 def compute_pod_resource(pod: Pod) -> PodResource:
     """PodInfo.CalculateResource(): requests and the non-zero cpu/memory for scoring."""
     requests = pod_requests(pod)
-    pod_level = has_pod_level_requests(pod)
-    non_missing = _non_missing_defaults(requests, pod_level)
-    if non_missing and (pod_level or not _every_container_requests_cpu_and_memory(pod)):
-        non0 = pod_requests(pod, non_missing)
-    else:
-        non0 = requests  # (no default would be added: the same sums)
+    non_missing = _non_missing_defaults(pod, requests, has_pod_level_requests(pod))
+    non0 = pod_requests(pod, non_missing) if non_missing else requests
     return PodResource(
         requests=Resource.from_list(requests),
         non0_cpu=milli_value(non0.get(CPU, Fraction(0))),

@@ -278,11 +278,14 @@ def mixed_workload(nodes: int, init_pods: int, pods: int, seed: int = 1) -> Work
 MIXED_SIZES = (5000, 1000, 3000)
 
 
+DISTINCT_BASE = "SchedulingBasic"  # DistinctPods' cluster and sizes
+
+
 def distinct_workload(nodes: Optional[int], init_pods: Optional[int], pods: Optional[int]) -> Workload:
     """`DistinctPods` (not scheduler_perf's): SchedulingBasic with every measured pod of its own
     kind, its requests (= limits, as pod-default's) 1-100m cpu and 300-499Mi memory, 20,000 kinds
     in all. Replicas are answered from their template; these pods are each evaluated whole."""
-    w = build_shaped("SchedulingBasic", nodes, init_pods, pods)
+    w = build_shaped(DISTINCT_BASE, nodes, init_pods, pods)
     for i, pod in enumerate(w.measured):
         c = pod.containers[0]
         own = {"cpu": Fraction(1 + i % 100, 1000), "memory": Fraction((300 + i // 100 % 200) * 2**20)}
@@ -316,7 +319,7 @@ def build(name: str, nodes: Optional[int] = None, init_pods: Optional[int] = Non
 def default_sizes(name: str) -> tuple[int, int, int]:
     if name == "Mixed":
         return MIXED_SIZES
-    s = SHAPES["SchedulingBasic" if name == "DistinctPods" else name]
+    s = SHAPES[DISTINCT_BASE if name == "DistinctPods" else name]
     return s.nodes, s.init_pods, s.pods
 
 
