@@ -387,6 +387,35 @@ def test_cpu_seconds_reads_the_processes_and_their_children():
     assert per == {"me": 2.0, "bench-client": 0.5, "total": 2.5}
 
 
+def test_another_processs_cpu_is_read_to_the_nanosecond_with_its_ended_threads():
+    """process_cpu_seconds of a child: finer than /proc's 10 ms ticks, and counting the CPU of
+    a thread that has ended (a process clock, not a sum over the threads still there)."""
+    import textwrap
+    from schedmesh.bench.mesh_bench import process_cpu_seconds
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, threading, time
+        def spin(seconds):
+            end = time.thread_time() + seconds
+            while time.thread_time() < end:
+                pass
+        t = threading.Thread(target=spin, args=(0.123,))
+        t.start(); t.join()
+        print(time.process_time(), flush=True)
+        sys.stdin.read()
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        own = float(child.stdout.readline())  # what the child reads of itself, its thread ended
+        seen = process_cpu_seconds(child.pid)
+        assert own >= 0.123
+        assert own <= seen < own + 0.005  # (it idles on stdin meanwhile)
+        assert seen != round(seen, 2)  # not whole ticks
+    finally:
+        child.stdin.close()
+        child.wait(10)
+    with pytest.raises(OSError):
+        process_cpu_seconds(child.pid)
+
+
 def test_a_shards_cpu_per_pod_is_the_mean_of_its_kind_to_four_decimals():
     before = {"filter-worker-0": 1.0, "filter-worker-1": 2.0, "score-worker-0": 5.0, "queue-manager": 9.0}
     after = {"filter-worker-0": 1.1, "filter-worker-1": 2.1234, "score-worker-0": 0.05, "queue-manager": 20.0}
