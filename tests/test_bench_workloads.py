@@ -350,6 +350,7 @@ def test_repeated_runs_report_the_median_run_whole_with_every_run():
     assert got["repeats"] == 3 and got["pods_per_second_range"] == [900, 1400] and got["p99_ms_range"] == [200, 300]
     assert [r["pods_per_second"] for r in got["runs"]] == [900, 1400, 1100]
     assert [r["cpu_ms_per_pod_total"] for r in got["runs"]] == [1.0, 0.9, 1.2]
+    assert [r["cpu_ms_per_pod"] for r in got["runs"]] == [{"total": 1.0}, {"total": 0.9}, {"total": 1.2}]
     # of two, the worse: the lower throughput
     assert median_run([_run(1400, 200), _run(900, 300)])["pods_per_second"] == 900
     # one run is reported as it is

@@ -422,6 +422,8 @@ def median_run(results: list[dict]) -> dict:
             "runs": [{"pods_per_second": r["pods_per_second"], "latency_ms": r["latency_ms"],
                       "first_bound_ms": r.get("first_bound_ms"),
                       "cpu_ms_per_pod_total": r["cpu_ms_per_pod"]["total"],
+                      # each process's: which of them a slow run spent more in
+                      "cpu_ms_per_pod": r["cpu_ms_per_pod"],
                       "shard_cpu_ms_per_pod": r.get("shard_cpu_ms_per_pod")} for r in results]}
 
 
