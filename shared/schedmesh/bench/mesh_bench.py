@@ -296,6 +296,9 @@ def peak_rss_mib(pids: list[int]) -> float:
     return total / 1024
 
 
+_CPUCLOCK_SCHED = 2  # a process's CPU-time clock id is (~pid << 3) | CPUCLOCK_SCHED
+
+
 def process_cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system) process `pid` has used, every thread's, ended ones included:
     its CPU-time clock to the nanosecond (Linux's clock_getcpuclockid encoding, which allows
@@ -307,9 +310,6 @@ def process_cpu_seconds(pid: int) -> float:
     except (OSError, OverflowError):
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-
-
-_CPUCLOCK_SCHED = 2  # a process's CPU-time clock id is (~pid << 3) | CPUCLOCK_SCHED
 
 
 def cpu_seconds(procs) -> dict[str, float]:

@@ -52,7 +52,7 @@ log = logging.getLogger("schedmesh.mesh")
 MAX_MESSAGE_BYTES = 64 << 20  # a gRPC message, either way, between the mesh's processes and from its clients
 # HTTP/2 flow control with a fixed window instead of grpc's bandwidth-delay-product probing,
 # as Go's and Java's gRPC do once a window is set: each burst a receiver read cost a probe PING,
-# its ACK and settings updates, waking both sides' grpc threads (a shard's CPU a pod was about 10 %
+# its ACK and settings updates, waking both sides' grpc threads (a shard's CPU a pod was about 15 %
 # lower without; benchmarks in the README). 4 MiB is the window that probing settles on when memory
 # is not short, max(4 MiB, 2 x BDP), and more than a mesh in one cluster needs (1 Gbit/s x 1 ms is
 # 125 KB).
