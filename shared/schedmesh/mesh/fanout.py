@@ -36,11 +36,10 @@ from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh import batch as batching
 from schedmesh.mesh.answers import node_local, nominations
 from schedmesh.mesh.replicas import ReplicaEvaluator
-from schedmesh.mesh.runtime import GRPC_OPTIONS
+from schedmesh.mesh.runtime import mesh_channel
 from schedmesh.mesh.shard_feed import FeedReader, ShardFeed, SharedFeed, encode_node, encode_pod
 from schedmesh.mesh.shard_stream import ShardStream
 from schedmesh.scheduling.cycle import Diagnosis
-from schedmesh.security.credentials import TLSFiles, channel
 from schedmesh.telemetry import inject_grpc_metadata
 from schedmesh.telemetry.propagation import traceparent_of
 from schedmesh.v1 import scheduling_pb2 as spb
@@ -157,7 +156,7 @@ class FanOutEvaluator(ReplicaEvaluator):
 
     def _channel(self, target: str) -> grpc.Channel:
         # Mutual TLS with this process's certificate (the shards admit the queue-manager's only).
-        ch = channel(target, TLSFiles.from_env(), GRPC_OPTIONS)
+        ch = mesh_channel(target)
         self._channels.append(ch)
         return ch
 

@@ -36,7 +36,7 @@ from schedmesh.bus import EventConsumer, Record
 from schedmesh.mesh import cpu_affinity
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, ClusterCache
 from schedmesh.mesh.watchdog import LoopWatchdog
-from schedmesh.security.credentials import TLSFiles, is_loopback, token_from_env
+from schedmesh.security.credentials import TLSFiles, channel, is_loopback, token_from_env
 from schedmesh.security.identity import allowed_callers
 from schedmesh.security.interceptors import BearerTokenInterceptor, CallerIdentityInterceptor, with_check
 from schedmesh.telemetry import (
@@ -59,6 +59,12 @@ MAX_MESSAGE_BYTES = 64 << 20  # a gRPC message, either way, between the mesh's p
 FLOW_CONTROL_WINDOW_BYTES = 4 << 20
 GRPC_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", FLOW_CONTROL_WINDOW_BYTES)]
+
+
+def mesh_channel(target: str, aio: bool = False):
+    """A channel to another of the mesh's processes: mutual TLS with this process's certificate
+    (SCHEDMESH_TLS_*; the callee admits only the identities it expects) and GRPC_OPTIONS."""
+    return channel(target, TLSFiles.from_env(), GRPC_OPTIONS, aio=aio)
 
 
 def configure_logging(service: str) -> None:

@@ -12,8 +12,7 @@ from typing import Callable, Optional
 import grpc
 
 from schedmesh.bus.topics import NODES, PODS
-from schedmesh.mesh.runtime import GRPC_OPTIONS
-from schedmesh.security.credentials import TLSFiles, channel
+from schedmesh.mesh.runtime import mesh_channel
 from schedmesh.v1 import policy_pb2_grpc
 
 ENV_CONTROLLER_MANAGER = "SCHEDMESH_CONTROLLER_MANAGER"
@@ -29,7 +28,7 @@ class PolicyForwarder(policy_pb2_grpc.PolicyServicer):
 
     def _policy(self) -> policy_pb2_grpc.PolicyStub:
         if self._stub is None:
-            self._stub = policy_pb2_grpc.PolicyStub(channel(self.target, TLSFiles.from_env(), GRPC_OPTIONS, aio=True))
+            self._stub = policy_pb2_grpc.PolicyStub(mesh_channel(self.target, aio=True))
         return self._stub
 
     async def _forward(self, method: str, request, context):
