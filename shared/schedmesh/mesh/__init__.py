@@ -1,2 +1,5 @@
-"""The mesh's shared logic: the replicated cluster cache, node partitioning, and the shard side
-of Filter/Score fan-out. Services under services/ wire these to gRPC and Kafka."""
+"""The mesh: every service's process (the queue-manager in scheduler/, the shards' worker, the
+binder, the preemption service, the kubelet agent, the controller-manager in controllers/), the
+runtime they share (runtime.py: gRPC server, health, the cache follower), the replicated cluster
+cache, the records they exchange, and the shard fan-out and feeds. services/ holds only their
+entry points (`python -m services.NAME`)."""

@@ -281,7 +281,7 @@ class NodePressureEvictor:
             if uid in sn.pods and now < deadline:
                 return [], deadline
             sn.awaiting_cleanup = None
-        candidates = [sp.pod for sp in sn.pods.values() if sp.state == RUNNING]
+        candidates = [sp.pod for sp in sn.running()]
         result = sn.eviction.synchronize(now, sn.usage(), candidates)
         if result.reclaiming:
             log.debug("node %s: eviction threshold met, attempting to reclaim %s", sn.name, result.reclaiming)
@@ -990,7 +990,7 @@ def main() -> None:
     p.add_argument("--start-delay", type=float, default=0.5, help="seconds from binding to Running")
     p.add_argument("--max-grace", type=float, default=None,
                    help="cap on terminationGracePeriodSeconds, for demos (default: no cap)")
-    p.add_argument("--heartbeat", type=float, default=10.0, help="seconds between heartbeats (schedmesh.leases)")
+    p.add_argument("--heartbeat", type=_positive_seconds, default=10.0, help="seconds between heartbeats (schedmesh.leases)")
     p.add_argument("--eviction-interval", type=_positive_seconds, default=DEFAULT_EVICTION_INTERVAL,
                    help="seconds between eviction-manager passes while a node is near or over a threshold "
                         "(the kubelet's 10 s; a change in a node's usage is acted on at once)")

@@ -7,8 +7,9 @@ before one are assumed after the shards answered. That holds for node-local pods
 of their profile says `node_local`: no inter-pod affinity, no spreading, no claims): assuming
 such a pod changes verdicts and scores only on the node it is assumed on. So:
 
-1. Under the cache lock, the queue-manager takes the view (offsets, assumed and nominated pods)
-   and starts recording which snapshot rows change (`Snapshot.watch_changes`).
+1. Under the cache lock, the queue-manager takes the view (the nominated pods) and each shard's
+   feed (mesh/shard_feed.py), and starts recording which snapshot rows change
+   (`Snapshot.watch_changes`).
 2. FilterBatch: each filter shard filters every pod on all of its nodes (no quota, no start
    index: those depend on the pods before), against that one view: one pod per template with
    replicas in the run (`templates_of`); a pod alone of its template is evaluated by the
@@ -114,7 +115,7 @@ class ShardBatch:
         self.templates: list[TemplateAnswers] = []
         self.next_start: Optional[int] = None  # the start index expected after the batch
         self.trace_id = ""  # the batch's own trace (its RPCs), named on each pod's filter span
-        self.hits = 0  # pods answered from the batch (for the log)
+        self.hits = 0  # pods answered from the batch (tests)
 
     @property
     def local_rows(self) -> int:

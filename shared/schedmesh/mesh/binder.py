@@ -61,12 +61,6 @@ def event_message(pod: Pod, reason: str, message: str, source: str, type_: str =
                             trace_id=format(ctx.trace_id, "032x") if ctx.is_valid else "")
 
 
-def event_record(pod: Pod, reason: str, message: str, source: str, type_: str = "Normal"
-                 ) -> tuple[str, str, bytes]:
-    """The same, as a record for schedmesh.events (key: pod uid)."""
-    return TOPIC_EVENTS, pod.uid, event_message(pod, reason, message, source, type_).SerializeToString()
-
-
 def binder_profile(fit_args: Optional[dict] = None) -> Profile:
     """A profile with only the fit checks; PrioritySort and DefaultBinder are there because
     kube requires a queueSort and a bind plugin in every profile."""
@@ -176,8 +170,9 @@ class BindLedger:
 class BinderServicer(binder_pb2_grpc.BinderServicer):
     def __init__(self, ledger: BindLedger, producer: EventProducer, name: str) -> None:
         self.ledger, self.producer, self.name = ledger, producer, name
-        # Decisions are serialized (the ledger is not re-entrant); publication of a batch runs
-        # concurrently and its acknowledgements are awaited once per batch, not per pod.
+        # A batch's decisions and the publication of its bindings hold this lock (the ledger is
+        # not re-entrant, and a decision stands only once published); the bindings of a batch
+        # are one record, acknowledged once per batch, and its Scheduled events follow off the lock.
         self.lock = asyncio.Lock()
         self._event_tasks: set[asyncio.Task] = set()
 

@@ -1,9 +1,10 @@
 """The cluster as every service sees it: rebuilt by replaying the Kafka topics (the informer
 pattern) and kept current by following them.
 
-Records are protobuf messages of protos/schedmesh/v1/events.proto. Offsets of the pods and
-nodes topics are tracked so a caller can ask "have you seen at least what I have seen?"
-(`wait_for`), which is how a queue-manager and its shards evaluate the same cluster.
+Records are protobuf messages of protos/schedmesh/v1/events.proto. The offset read of every
+topic is tracked so a caller can ask "have you seen at least what I have seen?" (`wait_for`):
+the preemption service and the controller-manager answer a queue-manager from a view at least
+as new as its own, and the controllers act again when what they read has moved (`view_offsets`).
 
 Pods scheduled but not yet seen bound are assumed, per client, kube's AssumePod and ForgetPod:
 the queue-manager assumes each pod it decides (`assume`) and forgets it when its binding fails

@@ -36,7 +36,7 @@ from schedmesh.framework.runtime import Framework, Nominator
 from schedmesh.mesh import batch as batching
 from schedmesh.mesh.answers import node_local, nominations
 from schedmesh.mesh.replicas import ReplicaEvaluator
-from schedmesh.mesh.runtime import mesh_channel
+from schedmesh.mesh.runtime import peer_channel
 from schedmesh.mesh.shard_feed import FeedReader, ShardFeed, SharedFeed, encode_node, encode_pod
 from schedmesh.mesh.shard_stream import ShardStream
 from schedmesh.scheduling.cycle import Diagnosis
@@ -156,7 +156,7 @@ class FanOutEvaluator(ReplicaEvaluator):
 
     def _channel(self, target: str) -> grpc.Channel:
         # Mutual TLS with this process's certificate (the shards admit the queue-manager's only).
-        ch = mesh_channel(target)
+        ch = peer_channel(target)
         self._channels.append(ch)
         return ch
 
@@ -207,7 +207,8 @@ class FanOutEvaluator(ReplicaEvaluator):
         """The shards' answers for `items` (node-local pods, in queue order) on the cluster as it
         is now, expecting the node search to start at `start` for the first of them; None when
         there are no shards, too few pods, or a shard failed (the pods then ask one by one). Pods
-        alone of their template in the run are not asked: they are evaluated here (batching.asked_and_alone).
+        alone of their template in the run are not asked: they are evaluated here (batching.asked_and_alone);
+        a run of such pods alone gets a batch that asked the shards nothing (`changes` None).
         `traceparents`: each pod's attempt, which the shards' spans for that pod join. Safe to
         run beside the cycles of an earlier batch (the change log starts with the view)."""
         if not self.filter_stubs or len(items) < 2:
@@ -327,8 +328,12 @@ class FanOutEvaluator(ReplicaEvaluator):
                 st = status_of.get(key)
                 if st is None:
                     st = status_of[key] = Status(Code(g.code), key[2], g.plugin)
-                nodes = list(g.nodes)
-                failures.append((st, position[cols.rows_of(nodes)], nodes))
+                # as for the feasible ones: a node this process does not know, or that is outside
+                # this cycle's order, was not examined here (position -1 would pass the cutoff)
+                rows = cols.rows_of(list(g.nodes))
+                pos = np.where(rows >= 0, position[rows], -1)
+                known = pos >= 0
+                failures.append((st, pos[known], [n for n, k in zip(g.nodes, known.tolist()) if k]))
         all_pos = np.sort(np.concatenate(feasible_pos)) if feasible_pos else np.empty(0, np.int64)
         taken = all_pos[:to_find]
         # kube cancels the search at the (to_find+1)-th feasible node: failures after it were

@@ -54,7 +54,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 import yaml
 
@@ -216,11 +216,6 @@ def _allocatable(capacity: ResourceList, reserved: dict[str, Fraction], eviction
     return {k: max(q - reservation.get(k, 0), Fraction(0)) for k, q in capacity.items()}
 
 
-def expand_pool(pool: dict, path: str = "pools[0]", agent: str = "") -> list[Node]:
-    """The nodes of one pool entry."""
-    return [s.node for s in expand_pool_simulated(pool, path, agent)]
-
-
 def expand_pool_simulated(pool: dict, path: str = "pools[0]", agent: str = "") -> list[SimulatedNode]:
     """The nodes of one pool entry with their simulated kubelets."""
     if not isinstance(pool, dict):
@@ -339,9 +334,9 @@ def load_pool_file_simulated(path: str | Path, agent: str = "") -> list[Simulate
         raise PoolError(f"{path}: {e}") from None
 
 
-def ready_condition(now: float, ready: bool = True, message: Optional[str] = None) -> NodeCondition:
-    return NodeCondition("Ready", "True" if ready else "False", "KubeletReady" if ready else "KubeletNotReady",
-                         message or ("kubelet is posting ready status" if ready else "kubelet is not ready"), now)
+def ready_condition(now: float) -> NodeCondition:
+    """Ready=True as a kubelet posts it, heartbeat `now`."""
+    return NodeCondition("Ready", "True", "KubeletReady", "kubelet is posting ready status", now)
 
 
 def zones_of(nodes: Iterable[Node]) -> list[str]:

@@ -2,7 +2,7 @@
 
 A queue-manager calls Preempt when a pod fails Filter and its profile has PostFilter plugins.
 The service decides on its replica of the cluster brought to the caller's view (the offsets the
-caller's cycle saw, its assumed pods, its nominated pods: the ClusterView the shards use), with
+caller's cycle saw, its assumed pods, its nominated pods: the queue-manager's ClusterView), with
 the same Evaluator `schedmesh explain` runs, then acts the decision out as kube's
 prepareCandidate does, through Kafka, in one pods record and one events record:
 

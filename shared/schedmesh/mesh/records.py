@@ -1,9 +1,9 @@
 """Encoding objects as event records (protos/schedmesh/v1/events.proto) and publishing them.
 
-Per-pod work on the hot path travels in batches: one Kafka record per Apply, per BindBatch,
-per agent tick (PodRecord.batch, Event.batch, NodeRecord.batch), and bindings and status
-reports as deltas (PodRecord.update) rather than whole pods. Readers flatten a record with
-`expand` and apply deltas with `apply_update`.
+Per-pod work on the hot path travels in batches: as few Kafka records per Apply, per BindBatch,
+per agent tick as BATCH_RECORD_BYTES allows (PodRecord.batch, Event.batch, NodeRecord.batch),
+and bindings and status reports as deltas (PodRecord.update) rather than whole pods. Readers
+flatten a record with `expand` and apply deltas with `apply_update`.
 """
 from __future__ import annotations
 

@@ -61,9 +61,11 @@ GRPC_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.m
                 ("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", FLOW_CONTROL_WINDOW_BYTES)]
 
 
-def mesh_channel(target: str, aio: bool = False):
-    """A channel to another of the mesh's processes: mutual TLS with this process's certificate
-    (SCHEDMESH_TLS_*; the callee admits only the identities it expects) and GRPC_OPTIONS."""
+def peer_channel(target: str, aio: bool = False):
+    """This process's channel to another of the mesh's processes (the CLI's, with the user's
+    certificate and token, is schedmesh.security.local.mesh_channel): mutual TLS with this
+    process's certificate when SCHEDMESH_TLS_* name one (the callee admits only the identities it
+    expects), plaintext otherwise (a local mesh on loopback); GRPC_OPTIONS either way."""
     return channel(target, TLSFiles.from_env(), GRPC_OPTIONS, aio=aio)
 
 

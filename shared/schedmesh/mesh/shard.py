@@ -1,9 +1,11 @@
-"""The shard side of the Filter/Score fan-out: one partition of the nodes, the whole cluster known.
+"""The shard side of the Filter/Score fan-out: one partition of the nodes.
 
-Every shard holds the caller's whole snapshot (fed by the caller with each request:
-mesh/shard_feed.py) but evaluates only its own nodes. PreFilter and PreScore need cluster-wide
-counts (spread, inter-pod affinity); computing them locally on the whole snapshot gives every
-shard the same answer as the queue-manager without a map-reduce round trip.
+A shard evaluates its own nodes on what its caller feeds it with each request
+(mesh/shard_feed.py): every node in the caller's order, the pods on its own nodes and, of other
+nodes' pods, those with affinity terms. That is all a node-local pod's Filter and Score read, and
+node-local pods are the only ones a shard is asked about (`_only_node_local`): pods with
+spreading or inter-pod affinity of their own need cluster-wide counts and are evaluated by the
+queue-manager.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from schedmesh.mesh.answers import node_local
 from schedmesh.mesh.batch import bitmap_bytes, encode_raw, rows_bytes
 from schedmesh.mesh.partition import shard_of
 from schedmesh.mesh.runtime import HeapFreezer
-from schedmesh.mesh.shard_feed import FedCluster, FeedRefused
+from schedmesh.mesh.shard_feed import FedCluster, FeedRefused, NotCaughtUp
 from schedmesh.scheduling.cycle import Diagnosis, SchedulingAlgorithm, rotated
 from schedmesh.telemetry import k8s_attributes
 from schedmesh.telemetry.propagation import context_from_traceparent
@@ -129,7 +131,7 @@ class NodeShard:
             return resp
         cols = snap.cols
         if not req.evaluate_all and req.order_digest and req.order_digest != cols.order_digest:
-            raise TimeoutError(f"{self.name} orders the nodes differently from the caller "
+            raise NotCaughtUp(f"{self.name} orders the nodes differently from the caller "
                                f"(digest {cols.order_digest} != {req.order_digest}); not caught up")
         mine = self._my_mask(snap)
         resp.shard_nodes = int(mine.sum())
@@ -187,7 +189,7 @@ class NodeShard:
     # ---- batches (schedmesh.mesh.batch) ---------------------------------------------------
     def _check_order(self, req: spb.BatchRequest, snap) -> None:
         if req.order_digest != snap.cols.order_digest:
-            raise TimeoutError(f"{self.name} orders the nodes differently from the caller "
+            raise NotCaughtUp(f"{self.name} orders the nodes differently from the caller "
                                f"(digest {snap.cols.order_digest} != {req.order_digest}); not caught up")
 
     def filter_batch(self, req: spb.BatchRequest, wait: bool = True) -> spb.FilterBatchResponse:

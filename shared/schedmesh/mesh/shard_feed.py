@@ -82,7 +82,6 @@ class ShardFeed:
         self.shard_index, self.shard_count = shard_index, shard_count
         # (None: every node is this shard's; its change log and `take` read this one map)
         self._owns = _Owned(shard_index, shard_count) if shard_count > 1 else None
-        self.sent_at = 0.0  # time.monotonic() of the last take
         self.generation = 0
         self._snapshot: Optional[Snapshot] = None
         self._changes: Optional[SnapshotChanges] = None
@@ -189,7 +188,6 @@ class ShardFeed:
                             self._sent.pop(uid, None)
             self.generation += 1
             out.generation = self.generation
-            self.sent_at = time.monotonic()
             out.order_digest = snapshot.cols.order_digest
 
     def _send_pod(self, out: spb.ShardFeed, pod: Pod) -> None:
@@ -356,6 +354,11 @@ class FeedRefused(Exception):
     sends the whole cluster again."""
 
 
+class NotCaughtUp(Exception):
+    """The shard's nodes are not in the caller's order yet (their digests differ): the feed that
+    brings them is on its way; the caller tries again (UNAVAILABLE)."""
+
+
 class FeedNotReady(Exception):
     """`FedCluster.at(..., wait=False)`: the feeds do not apply at once (they follow one not
     applied yet, carry the whole cluster, or another request holds the cluster); nothing applied."""
@@ -376,7 +379,6 @@ class FedCluster:
         # with 28 pods a node)
         self._row_uids: dict[str, list[str]] = {}
         self._cond = threading.Condition(threading.RLock())
-        self.applied = 0  # feeds applied (tests, the log)
 
     @contextmanager
     def at(self, feed: spb.ShardFeed, earlier: Sequence[bytes] = (), wait: bool = True) -> Iterator[Snapshot]:
@@ -510,4 +512,3 @@ class FedCluster:
             if snap.node_of(uid) is None:
                 self._pods.pop(uid, None)
         self.feeder, self.generation = feed.feeder, feed.generation
-        self.applied += 1

@@ -70,7 +70,7 @@ class ShardStream:
         self._call = None
         self._requests: Optional[queue.SimpleQueue] = None
         self._awaited: deque[Answer] = deque()
-        self.opened = 0  # streams opened (tests, the log)
+        self.opened = 0  # streams opened (tests)
         self.last_sent = 0.0  # time.monotonic() of the last request
 
     def send(self, request) -> Answer:

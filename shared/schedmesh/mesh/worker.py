@@ -11,7 +11,7 @@ from opentelemetry import trace
 from schedmesh.framework.runtime import build_frameworks
 from schedmesh.mesh.runtime import ServiceProcess
 from schedmesh.mesh.shard import NodeShard
-from schedmesh.mesh.shard_feed import FedCluster, FeedNotReady, FeedRefused
+from schedmesh.mesh.shard_feed import FedCluster, FeedNotReady, FeedRefused, NotCaughtUp
 from schedmesh.telemetry import metrics
 from schedmesh.telemetry.propagation import context_from_traceparent
 from schedmesh.v1 import scheduling_pb2_grpc as sgrpc
@@ -44,7 +44,7 @@ class _Servicer(sgrpc.FilterWorkerServicer, sgrpc.ScoreWorkerServicer):
                     return await asyncio.to_thread(fn, request)
         except FeedRefused as e:  # the caller sends the whole cluster next
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-        except TimeoutError as e:
+        except (TimeoutError, NotCaughtUp) as e:  # a feed waited for too long; nodes not in order yet
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
         except ValueError as e:  # a pod this shard's feed does not cover (not node-local)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))

@@ -9,8 +9,10 @@ ClusterCache replica (the controller-manager process, `python -m services.contro
 * `workloads`: the replicas of ReplicaSets (Deployments'), ReplicationControllers, StatefulSets and
   Jobs (pkg/controller/replicaset, replication, statefulset, job);
 * `podcontrol`: the pod creation and deletion, expectations and garbage collection those two share;
+* `pod_gc`: pods bound to nodes that no longer exist (pkg/controller/podgc, gcOrphaned);
 * `policy`: the Eviction API, cordon and taint (schedmesh.v1.Policy, protos/schedmesh/v1/policy.proto);
-* `manager`: the process wiring them together.
+* `manager`: the process wiring them together;
+* `forwarding`: the queue-manager's side of schedmesh.v1.Policy, forwarding each call here.
 
 The decisions are the eviction library's (schedmesh.eviction) and the pod controllers'
 (schedmesh.workloads); these modules only feed them the cluster and publish what they decide.

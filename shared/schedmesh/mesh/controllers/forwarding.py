@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import grpc
 
 from schedmesh.bus.topics import NODES, PODS
-from schedmesh.mesh.runtime import mesh_channel
+from schedmesh.mesh.runtime import peer_channel
 from schedmesh.v1 import policy_pb2_grpc
 
 ENV_CONTROLLER_MANAGER = "SCHEDMESH_CONTROLLER_MANAGER"
@@ -24,12 +24,20 @@ class PolicyForwarder(policy_pb2_grpc.PolicyServicer):
                  offsets: Optional[Callable[[], dict[str, int]]] = None) -> None:
         self.target = (target if target is not None else os.environ.get(ENV_CONTROLLER_MANAGER, "")).strip()
         self.offsets = offsets  # this queue-manager's cache's view (ClusterCache.view_offsets)
+        self._channel: Optional[grpc.aio.Channel] = None
         self._stub: Optional[policy_pb2_grpc.PolicyStub] = None
 
     def _policy(self) -> policy_pb2_grpc.PolicyStub:
         if self._stub is None:
-            self._stub = policy_pb2_grpc.PolicyStub(mesh_channel(self.target, aio=True))
+            self._channel = peer_channel(self.target, aio=True)
+            self._stub = policy_pb2_grpc.PolicyStub(self._channel)
         return self._stub
+
+    async def close(self) -> None:
+        """Close the channel to the controller-manager (opened at the first call)."""
+        if self._channel is not None:
+            channel, self._channel, self._stub = self._channel, None, None
+            await channel.close()
 
     async def _forward(self, method: str, request, context):
         if not self.target:

@@ -132,7 +132,7 @@ class PodControl:
         until when, or None when nothing (the workload controller's pods on their way from Apply)."""
         return None
 
-    def _what(self, key: str, owner=None) -> str:
+    def _what(self, key: str) -> str:
         return f"{self.what} {key}"
 
     # ---- one pass ------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ class PodControl:
             owners = self._owners()
             for key in [k for k in self._known if k not in owners]:
                 self._gone[key] = self._known[key]
-                self.log.info("%s deleted: deleting its pods", self._what(key, self._known[key]))
+                self.log.info("%s deleted: deleting its pods", self._what(key))
             for key in [k for k in self._gone if k in owners]:  # applied again: its pods are its own again
                 del self._gone[key]
             previous, self._known = self._known, owners

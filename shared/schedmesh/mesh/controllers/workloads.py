@@ -38,7 +38,9 @@ WORKLOAD_KINDS = ("ReplicaSet", "ReplicationController", "StatefulSet", "Job")
 APPLY_GRACE = ORPHAN_GRACE
 
 
-def workload_key(w: WorkloadSelector) -> str:
+def owner_key(w: WorkloadSelector) -> str:
+    """The controller's key of a workload ("Kind/namespace/name"; its record's key on the pdbs
+    topic is records.workload_key)."""
     return f"{w.kind}/{w.namespace}/{w.name}"
 
 
@@ -51,12 +53,12 @@ class WorkloadController(PodControl):
         # workload key -> (the incarnation seen: created_at, {name of a pod its Apply made: awaited until})
         self._applied: dict[str, tuple[float, dict[str, float]]] = {}
 
-    def _what(self, key: str, owner=None) -> str:
+    def _what(self, key: str) -> str:
         kind, rest = key.split("/", 1)
         return f"{kind.lower()} {rest}"
 
     def _owners(self) -> dict[str, object]:
-        return {workload_key(w): w for w in self.cache.workloads.values()
+        return {owner_key(w): w for w in self.cache.workloads.values()
                 if w.spec is not None and w.kind in WORKLOAD_KINDS}
 
     def _owner_key(self, namespace: str, ref: OwnerReference) -> Optional[str]:

@@ -144,7 +144,8 @@ class EventHandlers:
             return
         try:
             batch = records.expand(events_pb2.Event.FromString(r.value))
-        except Exception:
+        except Exception:  # a bad record must not stop the reader; said, as the cache follower does
+            log.warning("cannot read event record %s/%d@%d", r.topic, r.partition, r.offset, exc_info=True)
             return
         with self._notes_lock:
             for ev in batch:

@@ -60,6 +60,7 @@ class TracedEvaluator(FanOutEvaluator):
         self.batch_seconds += time.perf_counter() - t0
         if batch is not None:
             batch.trace_id = trace_id_of(span)
+        if batch is not None and batch.changes is not None:  # (not a run that asked the shards nothing)
             self.batches += 1
             self.batched_pods += len(items) - batch.evaluated_here
         return batch
@@ -518,8 +519,8 @@ class ScheduleOne:
                                          qpi, cycle, fw, state, err, req, trace_id, span, md)
         except RuntimeError:  # shutting down
             self.preemptions.answered(qpi.pod.uid, ())
-            span.end()
             self._unschedulable(qpi, cycle, err, trace_id, span)
+            span.end()  # after _unschedulable's attribute: an ended span drops it
 
     def _preempt(self, qpi: QueuedPodInfo, cycle: int, fw, state: CycleState, err: FitError, req, trace_id: str,
                  span, md) -> None:

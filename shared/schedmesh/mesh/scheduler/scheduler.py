@@ -40,7 +40,7 @@ from schedmesh.mesh import records
 from schedmesh.mesh.cluster_cache import (KEPT_ENCODED_PODS, REMEMBERED_DELETIONS, TOPIC_EVENTS, TOPIC_NAMESPACES,
                                           TOPIC_NODES, TOPIC_PDBS, TOPIC_PODS, TOPIC_PRIORITY_CLASSES, ClusterCache)
 from schedmesh.mesh.applied_store import AppliedStore
-from schedmesh.mesh.runtime import CacheFollower, mesh_channel
+from schedmesh.mesh.runtime import CacheFollower, peer_channel
 from schedmesh.queue.scheduling_queue import PriorityQueue
 from schedmesh.scheduling.cycle import SchedulingAlgorithm
 from schedmesh.telemetry import metrics
@@ -133,10 +133,10 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self._bind_queue = BindingQueue()
         self._bind_thread: Optional[threading.Thread] = None
         # Mutual TLS with the queue-manager's certificate: the binder admits no other identity.
-        self._binder_channel = mesh_channel(cfg.binder)
+        self._binder_channel = peer_channel(cfg.binder)
         self.binder = binder_pb2_grpc.BinderStub(self._binder_channel)
         # PostFilter runs in the preemption service, one request at a time off the scheduling loop.
-        self._preemption_channel = mesh_channel(cfg.preemption) if cfg.preemption else None
+        self._preemption_channel = peer_channel(cfg.preemption) if cfg.preemption else None
         self.preemption = (preemption_pb2_grpc.PreemptionStub(self._preemption_channel)
                            if self._preemption_channel is not None else None)
         self._preemption_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="preemption")

@@ -21,7 +21,8 @@ async def serve(cfg: QueueManagerConfig, bootstrap: str, port: int) -> None:
     servicer = SchedulerServicer(qm)
     queue_pb2_grpc.add_SchedulerServicer_to_server(servicer, proc.server)
     # evict, cordon, taint: served by the controller-manager, reachable here
-    policy_pb2_grpc.add_PolicyServicer_to_server(PolicyForwarder(offsets=qm.cache.view_offsets), proc.server)
+    forwarder = PolicyForwarder(offsets=qm.cache.view_offsets)
+    policy_pb2_grpc.add_PolicyServicer_to_server(forwarder, proc.server)
     await proc.start()
     if proc.metrics_port:  # for `schedmesh get services` (0.0.0.0: the client substitutes the host it reached)
         servicer.metrics_url = f"http://{proc.host}:{proc.metrics_port}/metrics"
@@ -32,4 +33,9 @@ async def serve(cfg: QueueManagerConfig, bootstrap: str, port: int) -> None:
     await proc.set_serving(True)
     log.info("queue-manager serving: %d filter shard(s), %d score shard(s), binder %s",
              len(cfg.filter_workers), len(cfg.score_workers), cfg.binder)
-    await proc.wait_and_stop(qm.stop)
+
+    async def cleanup() -> None:
+        await qm.stop()
+        await forwarder.close()
+
+    await proc.wait_and_stop(cleanup)
