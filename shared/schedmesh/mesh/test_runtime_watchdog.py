@@ -180,3 +180,11 @@ def test_watchdog_seconds_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
         monkeypatch.setenv(ENV, bad)
         with pytest.raises(ValueError, match=ENV):
             seconds_from_env()
+
+
+def test_the_tick_is_a_quarter_of_the_limit_and_at_most_tick_seconds() -> None:
+    from schedmesh.mesh.watchdog import TICK_SECONDS
+    assert LoopWatchdog("short", 2).interval == 0.5  # a stall noticed within 2.5 s
+    # the default 120 s: the loop and the thread wake every 5 s, not every second (an idle
+    # service's loop wakes for nothing else)
+    assert LoopWatchdog("default", 120).interval == TICK_SECONDS == 5.0
