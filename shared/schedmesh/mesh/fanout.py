@@ -312,6 +312,13 @@ class FanOutEvaluator(ReplicaEvaluator):
         calls = self._send(self.filter_stubs, self.filter_feeds, req, snapshot, self._unary("Filter", md))
         position = np.full(cols.n, -1, np.int64)  # row -> position in this cycle's node order
         position[ordered] = np.arange(len(ordered))
+
+        def positions(names) -> np.ndarray:
+            """Each named node's position in this cycle's order; -1 for a node unknown here or
+            outside the order: a shard's word on it was not examined here."""
+            rows = cols.rows_of(names)
+            return np.where(rows >= 0, position[rows], -1)
+
         feasible_pos: list[np.ndarray] = []
         failures: list[tuple[Status, np.ndarray, list[str]]] = []
         status_of: dict[tuple, Status] = {}
@@ -320,19 +327,15 @@ class FanOutEvaluator(ReplicaEvaluator):
                 # The queue-manager ran PreFilter itself first; a shard disagreeing means it is behind.
                 raise PluginError(Status(Code.ERROR, (f"shard {resp.shard} rejected the pod at PreFilter: "
                                                       f"{', '.join(resp.prefilter_rejection.reasons)}",)))
-            rows = cols.rows_of(resp.feasible)
-            pos = position[rows[rows >= 0]]
+            pos = positions(resp.feasible)
             feasible_pos.append(pos[pos >= 0])
             for g in resp.failures:
                 key = (g.code, g.plugin, tuple(g.reasons))
                 st = status_of.get(key)
                 if st is None:
                     st = status_of[key] = Status(Code(g.code), key[2], g.plugin)
-                # as for the feasible ones: a node this process does not know, or that is outside
-                # this cycle's order, was not examined here (position -1 would pass the cutoff)
-                rows = cols.rows_of(list(g.nodes))
-                pos = np.where(rows >= 0, position[rows], -1)
-                known = pos >= 0
+                pos = positions(g.nodes)
+                known = pos >= 0  # (-1 would pass the cutoff below)
                 failures.append((st, pos[known], [n for n, k in zip(g.nodes, known.tolist()) if k]))
         all_pos = np.sort(np.concatenate(feasible_pos)) if feasible_pos else np.empty(0, np.int64)
         taken = all_pos[:to_find]

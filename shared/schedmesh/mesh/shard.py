@@ -130,9 +130,8 @@ class NodeShard:
             resp.prefilter_rejection.CopyFrom(spb.NodeFailure(code=int(st.code), plugin=st.plugin, reasons=st.reasons))
             return resp
         cols = snap.cols
-        if not req.evaluate_all and req.order_digest and req.order_digest != cols.order_digest:
-            raise NotCaughtUp(f"{self.name} orders the nodes differently from the caller "
-                               f"(digest {cols.order_digest} != {req.order_digest}); not caught up")
+        if not req.evaluate_all and req.order_digest:
+            self._check_order(req.order_digest, snap)
         mine = self._my_mask(snap)
         resp.shard_nodes = int(mine.sum())
         # The global order (PreFilter-narrowed), rolled by the caller's start index, as
@@ -187,16 +186,17 @@ class NodeShard:
         return resp
 
     # ---- batches (schedmesh.mesh.batch) ---------------------------------------------------
-    def _check_order(self, req: spb.BatchRequest, snap) -> None:
-        if req.order_digest != snap.cols.order_digest:
+    def _check_order(self, digest: str, snap) -> None:
+        """NotCaughtUp unless this shard orders the nodes as the caller does (`digest`)."""
+        if digest != snap.cols.order_digest:
             raise NotCaughtUp(f"{self.name} orders the nodes differently from the caller "
-                               f"(digest {snap.cols.order_digest} != {req.order_digest}); not caught up")
+                              f"(digest {snap.cols.order_digest} != {digest}); not caught up")
 
     def filter_batch(self, req: spb.BatchRequest, wait: bool = True) -> spb.FilterBatchResponse:
         """Filter every pod of the batch on every node of this shard (no quota: the caller walks
         kube's node order over all shards' answers), each pod on the same cluster."""
         def evaluate(snap) -> spb.FilterBatchResponse:
-            self._check_order(req, snap)
+            self._check_order(req.order_digest, snap)
             resp = spb.FilterBatchResponse(shard=self.name, reads_earlier_feeds=True)
             mine = self._my_mask(snap)
             nominator = RequestNominator(req.view.nominated)
@@ -243,7 +243,7 @@ class NodeShard:
     def score_batch(self, req: spb.BatchRequest, wait: bool = True) -> spb.ScoreBatchResponse:
         """Raw Score of every pod of the batch on the requested rows this shard owns."""
         def evaluate(snap) -> spb.ScoreBatchResponse:
-            self._check_order(req, snap)
+            self._check_order(req.order_digest, snap)
             resp = spb.ScoreBatchResponse(shard=self.name, reads_earlier_feeds=True)
             mine = self._my_mask(snap)
             for bp in req.pods:
