@@ -55,6 +55,7 @@ class _Unconfirmed:
     headers: tuple[tuple[str, bytes], ...]
     partition: int | None
     timestamp_ms: int | None
+    acked_at: tuple[int, int] = (-1, -1)  # (partition, offset) the broker acknowledged
 
 
 class EventProducer:
@@ -82,6 +83,11 @@ class EventProducer:
       sent again, and ``resend_window(False)`` once the re-sent records are acknowledged:
       an owner may hold back what other processes would publish after them (the
       queue-manager's bindings, which must land after the pods they bind).
+    * ``read_back(topic, partition, offset)``, if given, also holds a record unconfirmed until
+      it returns True: an owner whose ``on_restart`` re-publishes what it has *read* needs the
+      records it sent but has not read yet sent again, for a probe's confirmation only says the
+      broker had them, and a memory broker that restarts loses them (the queue-manager lost an
+      Apply's pods that way when the broker died before its cache read them back).
     * After each send, this process's consumers of the topic wake up (bus.consumer.wake_readers):
       the record is coming back to them.
 
@@ -103,6 +109,7 @@ class EventProducer:
         max_unconfirmed: int = 10_000,
         resend: Callable[[str, bytes], bytes | None] | None = None,
         resend_window: Callable[[bool], None] | None = None,
+        read_back: Callable[[str, int, int], bool] | None = None,
         **producer_options: Any,
     ) -> None:
         self._bootstrap = bootstrap_servers
@@ -125,6 +132,7 @@ class EventProducer:
         self._unconfirmed: deque[_Unconfirmed] = deque(maxlen=max_unconfirmed)
         self._resend = resend
         self._resend_window = resend_window
+        self._read_back = read_back
         self._inflight = 0
         self._last_send = float("-inf")
         self._busy_again = False  # the first send after a quiet spell: see send()
@@ -215,7 +223,7 @@ class EventProducer:
                 span.set_attribute("messaging.kafka.message.offset", meta.offset)
         if self._probe_interval:  # without the probe nothing would ever confirm them
             self._seq += 1
-            self._unconfirmed.append(replace(pending, seq=self._seq))
+            self._unconfirmed.append(replace(pending, seq=self._seq, acked_at=(meta.partition, meta.offset)))
         wake_readers(topic)
         return Sent(meta.topic, meta.partition, meta.offset, meta.timestamp)
 
@@ -319,7 +327,7 @@ class EventProducer:
                 self._ready.clear()
             if not restart_pending:
                 # same broker as before: everything acknowledged before the probe is safe
-                while self._unconfirmed and self._unconfirmed[0].seq <= seq_before_probe:
+                while self._unconfirmed and self._confirmed(self._unconfirmed[0], seq_before_probe):
                     self._unconfirmed.popleft()
                 self._ready.set()
                 continue
@@ -336,6 +344,11 @@ class EventProducer:
             self._ready.set()
             await call_restart_callback(self._on_restart, "EventProducer")
 
+    def _confirmed(self, item: _Unconfirmed, seq_before_probe: int) -> bool:
+        if item.seq > seq_before_probe:
+            return False
+        return self._read_back is None or self._read_back(item.topic, *item.acked_at)
+
     async def _resend_unconfirmed(self) -> None:
         """Send again, in order, what no probe confirmed before the restart.
 
@@ -350,11 +363,19 @@ class EventProducer:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._idle.wait(), self._send_timeout)
         items = list(self._unconfirmed)
+        last_seq = items[-1].seq if items else self._seq
         if self._resend is not None:
             rewritten = [(i, self._resend(i.topic, i.value) if i.value is not None else i.value) for i in items]
             items = [i if v is i.value else replace(i, value=v) for i, v in rewritten
                      if v is not None or i.value is None]
         if items:
             log.info("re-sending %d record(s) sent around the broker restart", len(items))
+        resent = []
         for item in items:
-            await self._send_with_retry(producer, item, gated=False)
+            meta = await self._send_with_retry(producer, item, gated=False)
+            resent.append(replace(item, acked_at=(meta.partition, meta.offset)))
+        # Where they are now (read_back compares these with the new broker's offsets); a record
+        # the owner dropped is its on_restart's to publish from now on. Kept: sends acknowledged
+        # after the wait for the wire above gave up.
+        later = [i for i in self._unconfirmed if i.seq > last_seq]
+        self._unconfirmed = deque(resent + later, maxlen=self._unconfirmed.maxlen)

@@ -301,13 +301,23 @@ class CacheFollower:
         self.cache = cache
         self.on_record = on_record
         self._user_restart = on_restart
-        self.consumer = EventConsumer(bootstrap, list(topics), client_id=client_id, on_restart=self._restarted,
+        topics = list(topics)
+        self.topics = frozenset(topics)
+        self.consumer = EventConsumer(bootstrap, topics, client_id=client_id, on_restart=self._restarted,
                                       **consumer_options)
         # whoever waits for offsets this cache has not read (ClusterCache.wait_for) wakes a dozing
         # consumer and ends its pause between fetches; expect_records(now=False) only wakes it
         cache.wakers.append(lambda now: self.consumer.hurry() if now else self.consumer.wake())
         self._lag = metrics.ConsumerLagSampler(client_id)
         self.heap = HeapFreezer(lambda: len(cache.pods) + cache.snapshot.num_nodes())
+
+    def has_read(self, topic: str, partition: int, offset: int) -> bool:
+        """Whether the cache holds the record at `offset` (True for a topic it does not follow): an
+        EventProducer's read_back. Without the cache's lock, which a scheduling cycle may hold for
+        long, on the event loop; a dict lookup is atomic."""
+        if topic not in self.topics:
+            return True
+        return self.cache.offsets.get(f"{topic}/{partition}", 0) > offset
 
     async def _restarted(self) -> None:
         # A memory-only broker came back empty: offsets start again from 0. Keep the cached

@@ -155,7 +155,7 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
         self.loop = asyncio.get_running_loop()
         self.producer = EventProducer(self.bootstrap, client_id=f"{self.cfg.client_id}-producer",
                                       on_restart=self._republish, resend=self._resend_after_restart,
-                                      resend_window=self._resend_window)
+                                      resend_window=self._resend_window, read_back=self._read_back)
         await self.producer.start(timeout)
         self.admission.start()
         # Paced as the watchers are: what this process publishes (an Apply's pods, a deletion) and
@@ -241,6 +241,11 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
                               source=pod.scheduler_name or DEFAULT_SCHEDULER_NAME, timestamp=time.time(),
                               trace_id=trace_id)
         return TOPIC_EVENTS, pod.uid, ev.SerializeToString()
+
+    def _read_back(self, topic: str, partition: int, offset: int) -> bool:
+        """A record this producer sent is safe from a broker restart once the cache holds it:
+        _republish covers it from then on (an Apply's pods, a deletion, a pod's status)."""
+        return self.follower is not None and self.follower.has_read(topic, partition, offset)
 
     def _resend_window(self, open_: bool) -> None:
         (self._resent.clear if open_ else self._resent.set)()
