@@ -333,8 +333,10 @@ def run_case(mesh: Mesh, victim: str, prefix: str, then: Optional[str] = None, c
             break
         if time.time() > deadline:
             pending = sorted(n for n in names if not all(placed.get(n, [""])))
+            missing = [n for n in pending if n not in placed]
             raise AssertionError(f"{len(pending)} of {len(names)} pods not bound {RESUME_LIMIT_SECONDS}s after "
-                                 f"killing {victim}: {pending[:10]}")
+                                 f"killing {victim}: {pending[:10]}; {len(missing)} of them unknown to the "
+                                 f"queue-manager: {missing[:10]}")
         time.sleep(0.5)
     resumed = time.time() - kill_time[0]
     time.sleep(1.0)  # late records (a wrong re-publication) reach the audit
