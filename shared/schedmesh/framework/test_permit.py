@@ -13,7 +13,7 @@ from schedmesh.api.types import ObjectMeta, Pod
 from schedmesh.framework.events import ActionType, ClusterEvent, ClusterEventWithHint, EventResource
 from schedmesh.framework.interface import (Code, CycleState, EnqueueExtensions, PermitPlugin, ReservePlugin,
                                            Status)
-from schedmesh.framework.profile import MULTI_POINT, PluginRef, PluginSet, Profile, default_plugins
+from schedmesh.framework.profile import MULTI_POINT, PluginRef, Profile, default_plugins
 from schedmesh.framework.registry import Registry
 from schedmesh.framework.runtime import build_frameworks
 from schedmesh.framework.waiting_pods import MAX_PERMIT_TIMEOUT_SECONDS, Timers

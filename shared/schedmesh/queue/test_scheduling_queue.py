@@ -260,7 +260,7 @@ def test_force_activate_event_requeues_only_its_pod():
     target, other = make_pod("a"), make_pod("b")
     for p in (target, other):
         q.add(p)
-    pa, pb = q.try_pop(), q.try_pop()
+    q.try_pop(), q.try_pop()
     q.activate([target])  # both in flight: recorded as ForceActivate(target)
     q.add_unschedulable_if_not_present(lookup(target, "plugin"), q.scheduling_cycle())
     q.add_unschedulable_if_not_present(lookup(other, "plugin"), q.scheduling_cycle())
