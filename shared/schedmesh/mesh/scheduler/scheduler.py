@@ -244,8 +244,12 @@ class QueueManager(EventHandlers, ScheduleOne, BindingCycle):
 
     def _read_back(self, topic: str, partition: int, offset: int) -> bool:
         """A record this producer sent is safe from a broker restart once the cache holds it:
-        _republish covers it from then on (an Apply's pods, a deletion, a pod's status)."""
-        return self.follower is not None and self.follower.has_read(topic, partition, offset)
+        _republish covers it from then on (an Apply's pods, a deletion, a pod's status). Not before
+        the cache has noticed the restart the producer has: its offsets would be the lost broker's."""
+        follower, producer = self.follower, self.producer
+        return (follower is not None and producer is not None
+                and follower.consumer.restart_count >= producer.restart_count
+                and follower.has_read(topic, partition, offset))
 
     def _resend_window(self, open_: bool) -> None:
         (self._resent.clear if open_ else self._resent.set)()
