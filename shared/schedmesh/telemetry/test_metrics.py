@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import threading
 import urllib.request
 
@@ -277,6 +278,23 @@ def test_serve_metrics_over_http() -> None:
     port = metrics.serve_metrics(0)
     assert port > 0 and port != server.port
     assert "scheduler_preemption_victims_bucket" in _scrape(f"http://127.0.0.1:{port}/metrics")[1]
+
+
+def test_the_metrics_server_sleeps_until_closed_and_then_lets_its_port_go() -> None:
+    """Its thread waits for a scrape without a timeout (no wake-ups while idle): close() wakes it,
+    ends it and frees the port; over IPv6 too where the host has it."""
+    hosts = ["127.0.0.1"] + (["::1"] if socket.has_ipv6 else [])
+    for host in hosts:
+        try:
+            server = metrics.start_metrics_server(0, host)
+        except OSError:  # no IPv6 loopback in this sandbox
+            assert host == "::1"
+            continue
+        assert "# HELP" in _scrape(server.url)[1]
+        server.close()
+        assert not server._thread.is_alive(), "the serving thread outlived close()"
+        with pytest.raises(OSError):
+            socket.create_connection((host, server.port), timeout=2).close()
 
 
 @pytest.fixture
