@@ -12,6 +12,7 @@ from schedmesh.api.evolve import evolve
 from schedmesh.api.types import PodCondition
 from schedmesh.eviction.eviction_api import DISRUPTION_TARGET
 from schedmesh.mesh.cluster_cache import ClusterCache, is_terminal
+from schedmesh.mesh.controllers.podcontrol import EXPECTATIONS_TIMEOUT
 from schedmesh.mesh.records import patched_conditions, pod_batch_records, pod_message, status_update
 
 log = logging.getLogger("schedmesh.controllers.pod_gc")
@@ -26,7 +27,9 @@ class PodGCController:
         self.cache, self.source = cache, source
         # node name -> when a sync first saw it gone (None: a deletion read since the last sync)
         self.gone_since: dict[str, float | None] = {}
-        self.deleted: set[str] = set()  # uids deleted here, until the cache shows them gone
+        # uid -> when deleted here, until the cache shows it gone; deleted again if it does not
+        # within EXPECTATIONS_TIMEOUT (the record lost with a memory broker that restarted)
+        self.deleted: dict[str, float] = {}
         self._looked_at_start = False
         cache.listeners.append(self._on_change)
 
@@ -56,12 +59,13 @@ class PodGCController:
                     self.gone_since[name] = now
             due = {name for name, since in self.gone_since.items()
                    if now - since >= QUARANTINE_SECONDS and self._gone(name)}
-            self.deleted = {uid for uid in self.deleted if uid in self.cache.pods}
+            self.deleted = {uid: at for uid, at in self.deleted.items() if uid in self.cache.pods}
             if not due:
                 return []
             orphans = [p for p in self.cache.pods.values()
-                       if p.node_name in due and not is_terminal(p) and p.uid not in self.deleted]
-            self.deleted.update(p.uid for p in orphans)
+                       if p.node_name in due and not is_terminal(p)
+                       and now - self.deleted.get(p.uid, float("-inf")) >= EXPECTATIONS_TIMEOUT]
+            self.deleted.update((p.uid, now) for p in orphans)
             pending = {self.cache.pods[uid].node_name for uid in self.deleted}
             for name in due - pending:  # (a node stays while a deletion made here is on its way back)
                 del self.gone_since[name]

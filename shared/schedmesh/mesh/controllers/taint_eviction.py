@@ -23,6 +23,7 @@ from schedmesh.eviction.taint_eviction import (EVENT_REASON_TAINT_MANAGER_EVICTI
                                                cancelling_deletion_message, marking_for_deletion_message,
                                                no_execute_taints, schedule_deletion)
 from schedmesh.mesh.cluster_cache import ClusterCache, is_terminal
+from schedmesh.mesh.controllers.podcontrol import EXPECTATIONS_TIMEOUT
 from schedmesh.mesh.records import deletion_update, event_batch_records, pod_batch_records
 from schedmesh.telemetry import metrics
 from schedmesh.v1 import events_pb2
@@ -46,7 +47,10 @@ class TaintEvictionController:
         self.cache, self.monitored = cache, monitored
         self.source = source
         self.scheduled: dict[str, ScheduledDeletion] = {}  # pod uid -> its pending deletion
-        self.deleted: set[str] = set()  # uids marked for deletion, until the cache shows it
+        # uid -> when marked for deletion, until the cache shows it; marked again if it does not
+        # within EXPECTATIONS_TIMEOUT (the record lost with a memory broker that restarted, or
+        # overtaken by its owner's re-publication), as the pod controllers' expectations expire
+        self.deleted: dict[str, float] = {}
         # Nodes with a NoExecute taint, kept by a cache listener: sync looks at no node while
         # there is none (a pass over 5,000 nodes every 0.5 s was a third of an idle
         # controller manager's CPU).
@@ -110,24 +114,31 @@ class TaintEvictionController:
                     pod = self.cache.pods.get(info.pod.uid, info.pod)
                     uid = pod.uid
                     if pod.meta.deletion_timestamp is not None or is_terminal(pod):
-                        self.deleted.discard(uid)
+                        self.deleted.pop(uid, None)
                         continue
                     seen.add(uid)
-                    if uid in self.deleted:
+                    marked = self.deleted.get(uid)
+                    if marked is not None and now - marked < EXPECTATIONS_TIMEOUT:
                         continue  # marked; its deletion is on its way back from the broker
-                    deletion = schedule_deletion(pod, taints, now, self.scheduled.get(uid))
-                    if deletion is None:
-                        if self.scheduled.pop(uid, None) is not None:
-                            events.append(event(pod, EVENT_REASON_TAINT_MANAGER_EVICTION,
-                                                cancelling_deletion_message(pod), self.source, now))
+                    if marked is None:
+                        deletion = schedule_deletion(pod, taints, now, self.scheduled.get(uid))
+                        if deletion is None:
+                            if self.scheduled.pop(uid, None) is not None:
+                                events.append(event(pod, EVENT_REASON_TAINT_MANAGER_EVICTION,
+                                                    cancelling_deletion_message(pod), self.source, now))
+                            continue
+                        self.scheduled[uid] = deletion
+                        if not deletion.due(now):
+                            continue
+                        del self.scheduled[uid]
+                        why = (f"untolerated taint {deletion.untolerated_taint}" if deletion.untolerated_taint
+                               else f"tolerationSeconds ended ({now - deletion.created_at:.1f}s)")
+                    elif schedule_deletion(pod, taints, now, None) is None:  # the node's taints changed
+                        del self.deleted[uid]
                         continue
-                    self.scheduled[uid] = deletion
-                    if not deletion.due(now):
-                        continue
-                    del self.scheduled[uid]
-                    self.deleted.add(uid)
-                    why = (f"untolerated taint {deletion.untolerated_taint}" if deletion.untolerated_taint
-                           else f"tolerationSeconds ended ({now - deletion.created_at:.1f}s)")
+                    else:  # its time had come: marked again at once
+                        why = f"its deletion, marked {now - marked:.0f}s ago, was not seen back; marked again"
+                    self.deleted[uid] = now
                     log.info("node %s: deleting pod %s: %s", ni.node.name, pod.key, why)
                     target = PodCondition(DISRUPTION_TARGET, "True", REASON_DELETION_BY_TAINT_MANAGER,
                                           MESSAGE_DELETION_BY_TAINT_MANAGER)
@@ -141,5 +152,6 @@ class TaintEvictionController:
                 if pod is not None and not is_terminal(pod) and pod.meta.deletion_timestamp is None:
                     events.append(event(pod, EVENT_REASON_TAINT_MANAGER_EVICTION,
                                         cancelling_deletion_message(pod), self.source, now))
-            self.deleted &= {u for u in self.deleted if u in self.cache.pods}
+            # (a pod gone, or on a node no longer tainted: a taint added again starts afresh)
+            self.deleted = {u: at for u, at in self.deleted.items() if u in seen}
         return [*pod_batch_records(updates, self.source), *event_batch_records(events)]

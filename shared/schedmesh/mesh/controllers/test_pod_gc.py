@@ -61,3 +61,21 @@ def test_pods_bound_to_a_node_gone_before_the_controller_started_are_collected()
     gc = PodGCController(fed.cache, "cm")
     assert gc.sync(T0) == []
     assert [r.pod.metadata.name for r in records_of(gc.sync(T0 + QUARANTINE_SECONDS)) if r.deleted] == ["a"]
+
+
+def test_a_deletion_not_seen_back_is_sent_again_after_the_expectations_timeout():
+    """The deletion's record lost with a memory broker that restarted: the orphan is deleted again
+    once EXPECTATIONS_TIMEOUT has passed, not before (and the node stays watched meanwhile)."""
+    from schedmesh.mesh.controllers.podcontrol import EXPECTATIONS_TIMEOUT
+    fed = FedCache()
+    fed.add(node("n1"), bound("a", "n1"))
+    gc = PodGCController(fed.cache, "cm")
+    fed.apply([node_record(node("n1"), deleted=True)])
+    gc.sync(T0)
+    lost = gc.sync(T0 + QUARANTINE_SECONDS)  # never applied to the cache
+    assert [r.pod.metadata.name for r in records_of(lost) if r.deleted] == ["a"]
+    assert gc.sync(T0 + QUARANTINE_SECONDS + EXPECTATIONS_TIMEOUT - 1) == []
+    again = gc.sync(T0 + QUARANTINE_SECONDS + EXPECTATIONS_TIMEOUT)
+    assert [r.pod.metadata.name for r in records_of(again) if r.deleted] == ["a"]
+    fed.apply(again)
+    assert "uid-a" not in fed.cache.pods and gc.sync(T0 + QUARANTINE_SECONDS + 3 * EXPECTATIONS_TIMEOUT) == []

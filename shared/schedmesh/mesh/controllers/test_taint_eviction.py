@@ -138,3 +138,34 @@ def test_no_pass_over_the_nodes_while_none_has_a_no_execute_taint():
     fed.apply([node_update("n1", remove_taints=[Taint(UNREACHABLE.key, NO_EXECUTE)])])
     tec.sync(T0 + 2)
     assert counting.passes == 1
+
+
+def test_a_deletion_not_seen_back_is_marked_again_after_the_expectations_timeout():
+    """The marking's record lost (a memory broker restarted before anyone read it): the pod is
+    marked again once EXPECTATIONS_TIMEOUT has passed, not before, and only while still evicted."""
+    from schedmesh.mesh.controllers.podcontrol import EXPECTATIONS_TIMEOUT
+    fed = FedCache()
+    fed.add(node("n1", taints=[UNREACHABLE]), bound(pod("plain"), "n1"))
+    tec = TaintEvictionController(fed.cache, source="cm")
+    assert set(deleted(FedCache(), tec.sync(T0))) == {"uid-plain"}  # published, never read back
+    assert deleted(fed, tec.sync(T0 + EXPECTATIONS_TIMEOUT - 1)) == {}
+    again = deleted(fed, tec.sync(T0 + EXPECTATIONS_TIMEOUT))
+    assert set(again) == {"uid-plain"} and again["uid-plain"].deletion_timestamp == T0 + EXPECTATIONS_TIMEOUT
+    assert deleted(fed, tec.sync(T0 + 3 * EXPECTATIONS_TIMEOUT)) == {}, "seen back this time: done"
+
+
+def test_a_mark_not_seen_back_is_dropped_when_the_taint_goes():
+    """A taint removed and added again later starts afresh: the tolerating pod gets its
+    tolerationSeconds again, not a deletion at once for the mark whose record was lost."""
+    from schedmesh.mesh.controllers.podcontrol import EXPECTATIONS_TIMEOUT
+    fed = FedCache()
+    fed.add(node("n1", taints=[UNREACHABLE]), tolerating("five", 5))
+    tec = TaintEvictionController(fed.cache, source="cm")
+    assert deleted(fed, tec.sync(T0)) == {}
+    assert set(deleted(FedCache(), tec.sync(T0 + 5.1))) == {"uid-five"}  # lost
+    fed.apply([node_update("n1", remove_taints=[Taint(UNREACHABLE.key, NO_EXECUTE)])])
+    assert deleted(fed, tec.sync(T0 + 6)) == {}
+    later = T0 + 2 * EXPECTATIONS_TIMEOUT
+    fed.apply([node_update("n1", add_taints=[UNREACHABLE])])
+    assert deleted(fed, tec.sync(later)) == {}
+    assert set(deleted(fed, tec.sync(later + 5.1))) == {"uid-five"}
