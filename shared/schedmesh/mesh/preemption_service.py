@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import grpc
 from opentelemetry import trace
@@ -36,6 +36,7 @@ from schedmesh.framework.runtime import Framework, build_frameworks
 from schedmesh.plugins.pod_topology_spread import SELECTOR_SOURCES_SERVICE, WorkloadSelectorSources
 from schedmesh.mesh import records
 from schedmesh.mesh.cluster_cache import STATE_TOPICS, TOPIC_EVENTS, ClusterCache
+from schedmesh.mesh.controllers.podcontrol import EXPECTATIONS_TIMEOUT
 from schedmesh.mesh.runtime import CacheFollower, ServiceProcess
 from schedmesh.mesh.shard import RequestNominator
 from schedmesh.preemption.default_policy import DISRUPTION_TARGET, REASON_PREEMPTION_BY_SCHEDULER
@@ -96,11 +97,16 @@ class PreemptionsInFlight:
 
     _ANSWER_PENDING = ""
 
-    def __init__(self, pods: Mapping[str, Pod]) -> None:
+    def __init__(self, pods: Mapping[str, Pod], clock: Callable[[], float] = time.monotonic) -> None:
         self._pods = pods  # the queue-manager's cache (uid -> pod); read without its lock (PreEnqueue
         # runs under the queue's lock, and event handlers take the two the other way round)
         self._lock = threading.Lock()
+        self._clock = clock
         self._last_victim: dict[str, str] = {}  # preemptor uid -> last victim uid ("" while unanswered)
+        # preemptor uid -> when the service answered: a victim's deletion not seen within
+        # EXPECTATIONS_TIMEOUT (lost with a memory broker that restarted) ends the wait, or the
+        # preemptor would be held back for good; its next attempt preempts again if it must
+        self._answered_at: dict[str, float] = {}
 
     def started(self, preemptor_uid: str) -> None:
         with self._lock:
@@ -110,8 +116,10 @@ class PreemptionsInFlight:
         with self._lock:
             if deleting_uids:
                 self._last_victim[preemptor_uid] = deleting_uids[-1]
+                self._answered_at[preemptor_uid] = self._clock()
             else:
                 self._last_victim.pop(preemptor_uid, None)
+                self._answered_at.pop(preemptor_uid, None)
 
     def is_pod_running_preemption(self, pod_uid: str) -> bool:
         with self._lock:
@@ -122,8 +130,13 @@ class PreemptionsInFlight:
                 return True
             victim = self._pods.get(last)
             if victim is not None and victim.meta.deletion_timestamp is None:
-                return True
+                waited = self._clock() - self._answered_at.get(pod_uid, self._clock())
+                if waited < EXPECTATIONS_TIMEOUT:
+                    return True
+                log.warning("preemption by pod %s: the deletion of victim %s (%s) not seen %.0f s after it was "
+                            "made; scheduling the preemptor again", pod_uid, victim.key, last, waited)
             del self._last_victim[pod_uid]  # the last victim is going: preemption is over
+            self._answered_at.pop(pod_uid, None)
             return False
 
     def prepare_candidate(self, preemptor: Pod, decision: PreemptionDecision, plugin_name: str) -> Optional[Status]:

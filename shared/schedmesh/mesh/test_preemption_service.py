@@ -218,6 +218,22 @@ def test_preemptions_in_flight_until_the_last_victim_terminates():
     assert not flight.is_pod_running_preemption("r")
 
 
+def test_a_preemptor_waits_no_longer_than_the_expectations_timeout_for_its_victims_deletion():
+    """The deletion's record lost with a memory broker that restarted (or undone by an owner's
+    re-publication): the preemptor is let through after EXPECTATIONS_TIMEOUT, not held for good."""
+    from schedmesh.mesh.controllers.podcontrol import EXPECTATIONS_TIMEOUT
+    now = [100.0]
+    pods: dict[str, Pod] = {"v": make_pod("v", "n1")}
+    flight = PreemptionsInFlight(pods, clock=lambda: now[0])
+    flight.started("p")
+    flight.answered("p", ["v"])
+    now[0] += EXPECTATIONS_TIMEOUT - 1
+    assert flight.is_pod_running_preemption("p")
+    now[0] += 1
+    assert not flight.is_pod_running_preemption("p")
+    assert not flight.is_pod_running_preemption("p"), "over for good"
+
+
 def test_no_second_preemption_while_victims_terminate_on_the_nominated_node():
     # The preemptor's own copy in the request predates its nomination: the service reads the
     # latest one (kube's Preempt does), sees its victims terminating there, and preempts nothing.
