@@ -31,12 +31,17 @@ async def _eventually(predicate, what: str, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def test_cache_follower_forgets_the_lost_brokers_offsets_on_a_broker_restart() -> None:
+async def _started_broker() -> EmbeddedBroker:
     broker = EmbeddedBroker()
     try:
         await broker.astart()
     except Exception as e:  # noqa: BLE001 - no Tansu binary in this installation
         pytest.skip(f"embedded broker unavailable: {e}")
+    return broker
+
+
+async def test_cache_follower_forgets_the_lost_brokers_offsets_on_a_broker_restart() -> None:
+    broker = await _started_broker()
     bootstrap = broker.bootstrap_servers
     ns = Namespace("team-a", {"rev": str(REVISIONS - 1)})
 
@@ -97,11 +102,7 @@ async def test_a_record_the_cache_has_not_read_is_sent_again_after_a_broker_rest
     not read yet must be sent again, though a probe saw the broker holding it (read_back): the
     queue-manager lost an Apply's pods so when the broker died before its cache read them
     (tests/test_crash_safety.py, the broker case)."""
-    broker = EmbeddedBroker()
-    try:
-        await broker.astart()
-    except Exception as e:  # noqa: BLE001 - no Tansu binary in this installation
-        pytest.skip(f"embedded broker unavailable: {e}")
+    broker = await _started_broker()
     bootstrap = broker.bootstrap_servers
     cache = ClusterCache()
     follower = CacheFollower(bootstrap, cache, client_id="test-slow-follower")
@@ -135,11 +136,7 @@ async def test_a_record_the_cache_has_not_read_is_sent_again_after_a_broker_rest
 async def test_a_reader_waiting_for_offsets_wakes_the_dozing_follower() -> None:
     """ClusterCache.wait_for wakes its follower (a BindBatch, the preemption service's and the
     shards' views wait so for the caller's offsets): here it dozes with a poll a minute away."""
-    broker = EmbeddedBroker()
-    try:
-        await broker.astart()
-    except Exception as e:  # noqa: BLE001 - no Tansu binary in this installation
-        pytest.skip(f"embedded broker unavailable: {e}")
+    broker = await _started_broker()
     cache = ClusterCache()
     follower = CacheFollower(broker.bootstrap_servers, cache, client_id="test-dozing", idle_poll_ms=60_000,
                              idle_after=0.1)
