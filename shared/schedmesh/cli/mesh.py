@@ -117,7 +117,8 @@ def run_up(args: argparse.Namespace) -> int:
         signal.signal(sig, interrupt)
     state, sup = start(False)
     for sig in signals:
-        signal.signal(sig, lambda signum, frame: sup.stopping.set())
+        signal.signal(sig, lambda signum, frame: sup.request_stop())
+    sup.wake_on_child_exit()
     try:
         print_summary(state)
         print("running in the foreground: a service that dies is restarted; Ctrl-C (or `schedmesh down`) "

@@ -430,6 +430,10 @@ class RestartPolicy:
     # mesh with 4 + 4 shards took 5.5 % of a core, 5.1 % every 5 s.
     check_interval: float = 5.0
     check_timeout: float = 5.0  # a busy service may answer slowly; only a long silence counts
+    # the longest the supervising loop sleeps with nothing due: a child's exit (SIGCHLD, where the
+    # main thread calls wake_on_child_exit), a finished check and a stop request wake it at once.
+    # It ticked every 0.2 s: 1.3 ms of CPU a second in an idle supervisor of 7 processes.
+    idle_wake: float = 1.0
 
     @classmethod
     def from_env(cls, **overrides) -> "RestartPolicy":
@@ -488,6 +492,7 @@ class Supervisor:
         self.say = say
         self.children: list[_Child] = []
         self.stopping = threading.Event()  # set by signal handlers: leave `supervise`, abort starting
+        self._wake = threading.Event()  # something for the supervising loop to look at now
         self.state: Optional[MeshState] = None
         self.state_file: Optional[Path] = None
         self._checks: Optional[concurrent.futures.ThreadPoolExecutor] = None
@@ -561,14 +566,36 @@ class Supervisor:
         return [c.info for c in self.children if c.proc is not None and c.proc.poll() is not None]
 
     # ---------------------------------------------------------- supervising
+    def request_stop(self) -> None:
+        """Leave `supervise` (and abort starting): for signal handlers."""
+        self.stopping.set()
+        self._wake.set()
+
+    def wake_on_child_exit(self) -> None:
+        """From the main thread: a child's exit wakes the supervising loop at once (SIGCHLD)."""
+        signal.signal(signal.SIGCHLD, lambda signum, frame: self._wake.set())
+
     def supervise(self) -> None:
         """Restart what dies or stays unhealthy until `stopping` is set (by a signal handler)."""
         self._checks = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="health")
         try:
-            while not self.stopping.wait(0.2):
+            while not self.stopping.is_set():
                 self.supervise_once()
+                self._wake.wait(self._until_due())
+                self._wake.clear()  # (what woke it is looked at next, whenever it came)
         finally:
             self._checks.shutdown(wait=False, cancel_futures=True)
+
+    def _until_due(self) -> float:
+        """Seconds until the next restart or health check is due, at most the policy's idle_wake."""
+        policy, now = self.policy, time.monotonic()
+        wait = min(policy.idle_wake, policy.check_interval)
+        for child in self.children:
+            if child.restart_at is not None:
+                wait = min(wait, child.restart_at - now)
+            elif child.check is None:
+                wait = min(wait, child.last_check + policy.check_interval - now)
+        return max(wait, 0.01)
 
     def supervise_once(self) -> None:
         now = time.monotonic()
@@ -628,6 +655,7 @@ class Supervisor:
         if child.check is None and now - child.last_check >= policy.check_interval and self._checks is not None:
             child.last_check = now
             child.check = self._checks.submit(self._check, child)
+            child.check.add_done_callback(lambda _done: self._wake.set())
         if child.healthy_since is not None and now - child.healthy_since >= policy.reset_after:
             child.failures = 0
         if child.serving_once:
@@ -661,7 +689,7 @@ class Supervisor:
 
     # ---------------------------------------------------------- stopping
     def stop_all(self, grace: float = 10.0, log: Callable[[str], None] = lambda s: None) -> None:
-        self.stopping.set()
+        self.request_stop()
         running = []
         for c in self.children:
             c.restart_at = None
@@ -755,7 +783,7 @@ def _main(argv: Optional[list[str]] = None) -> int:
     sup = Supervisor(Path(launch["log_dir"]), policy=RestartPolicy.from_env(start_timeout=launch.get("timeout", 120.0)),
                      say=log)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda signum, frame: sup.stopping.set())
+        signal.signal(sig, lambda signum, frame: sup.request_stop())
     log(f"supervisor pid {os.getpid()} starting the mesh in {base}")
     try:
         state = launch_services(sup, say=progress, detached=True, **launch)
@@ -771,6 +799,7 @@ def _main(argv: Optional[list[str]] = None) -> int:
         status.close()
         status = None
     log(f"mesh running: scheduler {state.scheduler}, broker {state.bootstrap}; supervising")
+    sup.wake_on_child_exit()
     sup.supervise()
     log("stopping the mesh")
     sup.stop_all(log=log)

@@ -5,6 +5,7 @@ does not."""
 from __future__ import annotations
 
 import re
+import signal
 import sys
 import threading
 import time
@@ -159,3 +160,41 @@ def test_a_child_ready_long_before_supervising_began_is_not_taken_for_unhealthy(
         sup.stopping.set()
         supervising.join(10)
         sup.stop_all(grace=2)
+
+
+@pytest.mark.timeout(60)
+def test_a_childs_exit_wakes_the_supervising_loop(tmp_path: Path) -> None:
+    """The loop sleeps until something is due (here a minute: no checks, no idle wake-up); a child's
+    exit (SIGCHLD, supervise() on the main thread) and a stop request wake it at once."""
+    (tmp_path / "flaky_child.py").write_text(CHILD)
+    control = tmp_path / "control"
+    control.write_text("serve")
+    policy = RestartPolicy(initial_backoff=0.1, check_interval=60.0, unhealthy_after=600.0, idle_wake=60.0)
+    said: list[str] = []
+    sup = Supervisor(tmp_path / "logs", env={"PYTHONPATH": str(tmp_path)}, policy=policy, say=said.append)
+    info = sup.start("flaky", "flaky_child", [str(control)], free_port())
+    sup.wait_ready(info, timeout=30)
+    restarted_after: list[float] = []
+
+    def crash_then_stop() -> None:
+        time.sleep(1.0)  # the loop asleep by now
+        crashed = time.monotonic()
+        control.write_text("crash")
+        _wait("the crash seen", lambda: any(RESTARTING.search(s) for s in said), timeout=20)
+        restarted_after.append(time.monotonic() - crashed)
+        control.write_text("serve")
+        sup.request_stop()
+
+    helper = threading.Thread(target=crash_then_stop, daemon=True)
+    helper.start()
+    previous = signal.getsignal(signal.SIGCHLD)
+    sup.wake_on_child_exit()
+    started = time.monotonic()
+    try:
+        sup.supervise()  # on this (the main) thread, as `up` runs it
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+        sup.stop_all(grace=2)
+    helper.join(5)
+    assert restarted_after and restarted_after[0] < 20, (restarted_after, said)
+    assert time.monotonic() - started < 40, "the stop request did not wake the loop"
