@@ -95,18 +95,18 @@ class PreemptionsInFlight:
     DefaultPreemption's PreEnqueue holds it back meanwhile. Put in the queue-manager's framework
     services as "preemption_executor"."""
 
-    _ANSWER_PENDING = ""
+    _ANSWER_PENDING = ("", 0.0)
 
     def __init__(self, pods: Mapping[str, Pod], clock: Callable[[], float] = time.monotonic) -> None:
         self._pods = pods  # the queue-manager's cache (uid -> pod); read without its lock (PreEnqueue
         # runs under the queue's lock, and event handlers take the two the other way round)
         self._lock = threading.Lock()
         self._clock = clock
-        self._last_victim: dict[str, str] = {}  # preemptor uid -> last victim uid ("" while unanswered)
-        # preemptor uid -> when the service answered: a victim's deletion not seen within
-        # EXPECTATIONS_TIMEOUT (lost with a memory broker that restarted) ends the wait, or the
-        # preemptor would be held back for good; its next attempt preempts again if it must
-        self._answered_at: dict[str, float] = {}
+        # preemptor uid -> (its last victim's uid, when the service answered); ("", 0) while
+        # unanswered. A victim's deletion not seen within EXPECTATIONS_TIMEOUT (lost with a memory
+        # broker that restarted) ends the wait, or the preemptor would be held back for good; its
+        # next attempt preempts again if it must.
+        self._last_victim: dict[str, tuple[str, float]] = {}
 
     def started(self, preemptor_uid: str) -> None:
         with self._lock:
@@ -115,28 +115,25 @@ class PreemptionsInFlight:
     def answered(self, preemptor_uid: str, deleting_uids: Sequence[str]) -> None:
         with self._lock:
             if deleting_uids:
-                self._last_victim[preemptor_uid] = deleting_uids[-1]
-                self._answered_at[preemptor_uid] = self._clock()
+                self._last_victim[preemptor_uid] = (deleting_uids[-1], self._clock())
             else:
                 self._last_victim.pop(preemptor_uid, None)
-                self._answered_at.pop(preemptor_uid, None)
 
     def is_pod_running_preemption(self, pod_uid: str) -> bool:
         with self._lock:
             if pod_uid not in self._last_victim:
                 return False
-            last = self._last_victim[pod_uid]
-            if last == self._ANSWER_PENDING:
+            last, answered_at = self._last_victim[pod_uid]
+            if last == self._ANSWER_PENDING[0]:
                 return True
             victim = self._pods.get(last)
             if victim is not None and victim.meta.deletion_timestamp is None:
-                waited = self._clock() - self._answered_at.get(pod_uid, self._clock())
+                waited = self._clock() - answered_at
                 if waited < EXPECTATIONS_TIMEOUT:
                     return True
                 log.warning("preemption by pod %s: the deletion of victim %s (%s) not seen %.0f s after it was "
                             "made; scheduling the preemptor again", pod_uid, victim.key, last, waited)
             del self._last_victim[pod_uid]  # the last victim is going: preemption is over
-            self._answered_at.pop(pod_uid, None)
             return False
 
     def prepare_candidate(self, preemptor: Pod, decision: PreemptionDecision, plugin_name: str) -> Optional[Status]:
