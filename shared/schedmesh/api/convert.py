@@ -377,8 +377,13 @@ def node_to_proto(n: Node, out: Optional[pb.Node] = None) -> pb.Node:
     for im in n.images:
         out.images.add(names=im.names, size_bytes=im.size_bytes)
     for c in n.conditions:
-        out.conditions.add(type=c.type, status=c.status, reason=c.reason, message=c.message,
-                           last_heartbeat_time=_t(c.last_heartbeat_time))
+        condition_to_proto(c, out.conditions.add())
+    return out
+
+
+def condition_to_proto(c: NodeCondition, out: pb.NodeCondition) -> pb.NodeCondition:
+    out.type, out.status, out.reason, out.message = c.type, c.status, c.reason, c.message
+    out.last_heartbeat_time = _t(c.last_heartbeat_time)
     return out
 
 

@@ -155,16 +155,19 @@ async def test_applied_nodes_read_in_one_fetch_are_registered_in_one_record() ->
 
 
 def test_heartbeats_of_many_nodes_fit_in_records_the_bus_takes() -> None:
-    """One heartbeat record for 15,000 nodes was 1.5 MB: aiokafka refused it, every period."""
-    from schedmesh.mesh.agent import lease_records
-    from schedmesh.mesh.records import MAX_RECORD_BYTES, expand
+    """One heartbeat record for 15,000 nodes was 1.5 MB: aiokafka refused it, every period. A
+    record names at most LEASES_PER_RECORD nodes, of at most 253 bytes each."""
+    from schedmesh.mesh.agent import LEASES_PER_RECORD, lease_records
+    from schedmesh.mesh.records import MAX_RECORD_BYTES
     from schedmesh.v1 import events_pb2
+    assert len(lease_records(["n" * 253] * LEASES_PER_RECORD, 1000.0, "agent-0")[0][2]) < MAX_RECORD_BYTES * 0.6
     names = [f"node-{i:06d}" for i in range(15_000)]
     recs = lease_records(names, 1000.0, "agent-0")
     assert len(recs) > 1 and all(len(v) < MAX_RECORD_BYTES // 3 for _t, _k, v in recs)
     assert len({k for _t, k, _v in recs}) == len(recs) and recs[0][1] == "agent-0"  # chunks keep their own keys
-    leased = [n.node.metadata.name for _t, _k, v in recs for n in expand(events_pb2.NodeRecord.FromString(v))]
-    assert leased == names
+    leases = [events_pb2.NodeRecord.FromString(v).leases for _t, _k, v in recs]
+    assert [name for batch in leases for name in batch.names] == names
+    assert {(b.ready.type, b.ready.status, b.ready.last_heartbeat_time) for b in leases} == {("Ready", "True", 1000.0)}
     assert lease_records([], 1000.0, "agent-0") == []
 
 

@@ -1,8 +1,9 @@
 """The node-lifecycle controller: node health from the kubelet agents' heartbeats, and the taints
 that follow from node conditions (TaintNodesByCondition and the NoExecute tainting pass).
 
-Heartbeats are the lease batch records agents publish on schedmesh.leases (agent.lease_records):
-one NodeRecord per node carrying its Ready condition. As kube does with Lease renewals, the
+Heartbeats are the lease records agents publish on schedmesh.leases (agent.lease_records): the
+names of many nodes and the Ready condition they post (NodeLeases; an agent of an earlier version
+sent a NodeRecord per node). As kube does with Lease renewals, the
 controller notes *its own* clock when a node's renew time advances (so clock skew between
 processes does not matter) and judges health against that (node-monitor-grace-period). While
 heartbeats arrive, the Ready condition the agent posts in them is the node's; when they stop,
@@ -85,26 +86,33 @@ class NodeLifecycleController:
         except Exception:  # noqa: BLE001 - not a lease: ignore it, as the caches ignore bad records
             log.warning("undecodable lease record at %s/%d@%d", r.topic, r.partition, r.offset)
             return
-        for item in expand(msg):
-            node = item.node
-            name = node.metadata.name
-            for ready in node.conditions:  # (a loop, not next(genexpr): a third of this method's time)
+        if msg.HasField("leases"):
+            self._renewed(msg.leases.names, msg.leases.ready, now)
+            return
+        for item in expand(msg):  # an agent of an earlier version: a NodeRecord per node
+            for ready in item.node.conditions:  # (a loop, not next(genexpr): a third of this loop's time)
                 if ready.type == READY:
+                    self._renewed((item.node.metadata.name,), ready, now)
                     break
-            else:
-                continue
+
+    def _renewed(self, names, ready, now: float) -> None:
+        """Heartbeats of `names`, each posting `ready` (a NodeCondition message)."""
+        if ready.type != READY:
+            return
+        renew, posted = ready.last_heartbeat_time, (ready.status, ready.reason, ready.message)
+        condition = None  # (made once for the nodes whose posted Ready changes)
+        for name in names:
             if not name:
                 continue
-            renew = ready.last_heartbeat_time
             last = self.renewed.get(name)
             if last is not None and renew <= last:
                 continue
             self.renewed[name] = renew
             self.probe[name] = now
             before = self.posted_ready.get(name)
-            if before is None or (before.status, before.reason, before.message) != (ready.status, ready.reason,
-                                                                                  ready.message):
-                self.posted_ready[name] = NodeCondition(READY, ready.status, ready.reason, ready.message)
+            if before is None or (before.status, before.reason, before.message) != posted:
+                condition = condition or NodeCondition(READY, *posted)
+                self.posted_ready[name] = condition
             if name in self._settled and before is not None and before.status == ready.status:
                 # still fine: only the deadline moves (desired reads the posted Ready's status only)
                 self._push_deadlines(name, now)

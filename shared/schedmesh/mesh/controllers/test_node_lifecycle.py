@@ -92,11 +92,37 @@ def lease_posting(names, renew: float, status: str):
     """A heartbeat batch whose nodes post Ready=`status` (a kubelet that reports itself not ready)."""
     r = lease(names, renew)
     msg = events_pb2.NodeRecord.FromString(r.value)
-    for item in msg.batch:
-        for c in item.node.conditions:
-            if c.type == "Ready":
-                c.status = status
+    msg.leases.ready.status = status
     return dataclasses.replace(r, value=msg.SerializeToString())
+
+
+def lease_per_node(names, renew: float, status: str = "True"):
+    """A heartbeat batch as an agent of an earlier version sent it: a NodeRecord per node."""
+    r = lease(names, renew)
+    leases = events_pb2.NodeRecord.FromString(r.value).leases
+    msg = events_pb2.NodeRecord(source="agent-test")
+    for name in leases.names:
+        item = msg.batch.add(source="agent-test")
+        item.node.metadata.name = name
+        item.node.conditions.add().CopyFrom(leases.ready)
+        item.node.conditions[0].status = status
+    return dataclasses.replace(r, value=msg.SerializeToString())
+
+
+def test_heartbeats_of_an_earlier_agent_a_record_per_node_count_as_well():
+    """A compacted topic keeps an older agent's last heartbeats, and an agent not upgraded yet
+    still sends them: they renew the node and post its Ready as NodeLeases do."""
+    fed, nlc = setup()
+    nlc.on_lease(lease_per_node(["n1"], T0 + 4), now=T0 + 4)
+    assert nlc.sync(T0 + 8) == []  # renewed at T0 + 4: within the grace period
+    nlc.on_lease(lease_per_node(["n1"], T0 + 9, "False"), now=T0 + 9)
+    recs = nlc.sync(T0 + 9)
+    conditions, _add, _remove = edit(recs)
+    assert conditions["Ready"][0] == "False"
+    fed.apply(recs)
+    assert nlc.sync(T0 + 14) == []
+    conditions, _add, _remove = edit(nlc.sync(T0 + 14.5))
+    assert conditions["Ready"][0] == "Unknown"
 
 
 class FullPass(NodeLifecycleController):
