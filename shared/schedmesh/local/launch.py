@@ -97,10 +97,10 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
                     previous_logs: str = "", detached: bool = False,
                     say: Callable[[str], None] = lambda s: None, tls: bool = True, kafka: str = "",
                     cpu_plan: Optional[dict] = None) -> MeshState:
-    """Start the broker (unless `kafka` names one to use) and every service under `sup`, in
-    dependency order, each healthy before what needs it; the state file is written from the first
-    process on (so `down` can stop a mesh that is still starting) and kept current by `sup`. Runs in
-    `up` (foreground) or in the detached supervisor process."""
+    """Start the broker (unless `kafka` names one to use) and every service under `sup`, all at
+    once (each service waits for the broker), and wait until each is healthy; the state file is
+    written from the first process on (so `down` can stop a mesh that is still starting) and kept
+    current by `sup`. Runs in `up` (foreground) or in the detached supervisor process."""
     state = MeshState(log_dir=log_dir, started=time.time(), detached=detached, filter_shards=filter_workers,
                       score_shards=score_workers, status="starting", supervisor_pid=os.getpid(),
                       supervisor_started=process_start_ticks(os.getpid()), previous_logs=previous_logs,
@@ -117,24 +117,22 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
     if security.admin is not None:
         state.ca, state.client_cert, state.client_key = security.admin.ca, security.admin.cert, security.admin.key
     sup.attach_state(state, state_path(Path(base)))
-    # every process is given its CPUs: a process started by a pinned one inherits its CPUs
+    # every process is given its CPUs (each pins itself as it starts)
     cpus = cpu_affinity.CpuPlan.from_dict(cpu_plan) if cpu_plan else None
     if cpus is not None:
         say(f"CPUs: {cpus.describe()} (--cpu-pinning off leaves it to the OS)")
-        cpu_affinity.pin_process(set(cpus.others))  # this supervisor too
     pinned = cpus.env() if cpus is not None else {}
 
     def env(identity: str) -> dict[str, str]:  # a service's certificate and CPUs
         return {**security.service_env(identity), **pinned}
     if kafka:
         say(f"using the Kafka broker at {kafka} (--kafka): not started, supervised or stopped by schedmesh ...")
-        bootstrap = kafka
+        bootstrap, broker = kafka, None
     else:
         bport = free_port()
         broker = sup.start("broker", "schedmesh.broker", ["--log-file", str(Path(log_dir) / "tansu.log")], bport,
                            health=False, ready_text="broker ready on", env=pinned)
         say(f"starting broker on 127.0.0.1:{bport} ...")
-        sup.wait_ready(broker, timeout)
         bootstrap = f"127.0.0.1:{bport}"
         state.bootstrap = bootstrap
     common = ["--bootstrap", bootstrap]
@@ -178,8 +176,15 @@ def launch_services(sup: Supervisor, base: str, log_dir: str, pool: str, config:
                         "SCHEDMESH_PEER_METRICS": peer_metrics,
                         **(cpus.env(scheduler=True) if cpus is not None else {})})
     say("starting queue-manager ...")
-    for info in (*workers, binder, agent, preemption, controllers, qm):
+    # The services start with the broker (its port is chosen already), each waiting for it as it
+    # waits after a broker restart: their start-up (about 3 s of imports each) overlaps the broker's.
+    for info in (*([broker] if broker else []), *workers, binder, agent, preemption, controllers, qm):
         sup.wait_ready(info, timeout)
+    if cpus is not None:
+        # This supervisor too, once every service is up: a child inherits its parent's CPUs until
+        # it pins itself (after its imports), and the services' imports, about 3 s of CPU each,
+        # took one CPU when they all started on the others' CPUs.
+        cpu_affinity.pin_process(set(cpus.others))
     state.scheduler = f"127.0.0.1:{qm.port}"
     state.status = "running"
     sup.record()
