@@ -8,7 +8,7 @@ PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 PROTOS := $(wildcard protos/schedmesh/v1/*.proto)
 
-.PHONY: install protos lock run test test-fast golden bench clean
+.PHONY: install protos lock run test test-fast golden golden-mesh-perturbed bench clean
 
 install: $(STAMP) protos
 
@@ -54,6 +54,15 @@ test-fast: install
 # Decisions against kube-scheduler's recorded ones.
 golden: install
 	../shared/tools/golden-check
+
+# The mesh against explain on scenarios nobody recorded: each recorded one with its nodes renamed
+# and shuffled, two seeds, decided by explain (tests/golden_perturb.py), placed through fresh meshes
+# (about a minute a scenario).
+golden-mesh-perturbed: install
+	rm -rf .golden-perturbed
+	$(PY) -m tests.golden_perturb .golden-perturbed --golden tests/golden --seed 1 --seed 2
+	../shared/tools/golden-mesh-check --schedmesh .venv/bin/schedmesh --golden .golden-perturbed
+	../shared/tools/golden-mesh-check --schedmesh .venv/bin/schedmesh --golden .golden-perturbed --mode preempt
 
 # Throughput and latency through the running mesh; one JSON report (bench.json), an object per run.
 # scheduler_perf's workloads at their 5000Nodes sizes (schedmesh.bench.workloads), then the issue's
