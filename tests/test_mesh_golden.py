@@ -34,9 +34,9 @@ def _has_victims(name: str) -> bool:
 
 ALL_SCENARIOS = [n for n in sorted(p.name[:-len(".in.json")] for p in GOLDEN.glob("*.in.json")) if not _has_victims(n)]
 assert ALL_SCENARIOS, f"no golden scenarios in {GOLDEN}"
-# A fresh mesh per scenario costs about 6 s to start and stop, so the suite places one scenario of each family (the
-# -00 one, or the one that once caught a mesh-only difference); SCHEDMESH_TEST_ALL_SCENARIOS=1,
-# or ../shared/tools/golden-mesh-check, places them all.
+# A fresh mesh per scenario costs about 6 s to start and stop, so the suite places one scenario of
+# each family (the -00 one, or the one that once caught a mesh-only difference);
+# SCHEDMESH_TEST_ALL_SCENARIOS=1, or ../shared/tools/golden-mesh-check, places them all.
 _CAUGHT = {"v-edge": "v-edge-02"}
 
 
