@@ -476,10 +476,13 @@ class _Child:
 
 
 # Channels to the services reconnect quickly, so a restarted service is seen as soon as it listens.
-_HEALTH_CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
-                           ("grpc.max_reconnect_backoff_ms", 1000)]
-_STARTING_CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
-                             ("grpc.max_reconnect_backoff_ms", 100)]
+def _reconnecting(first_ms: int, longest_ms: int) -> list[tuple[str, int]]:
+    return [("grpc.initial_reconnect_backoff_ms", first_ms), ("grpc.min_reconnect_backoff_ms", first_ms),
+            ("grpc.max_reconnect_backoff_ms", longest_ms)]
+
+
+_HEALTH_CHANNEL_OPTIONS = _reconnecting(200, 1000)
+_STARTING_CHANNEL_OPTIONS = _reconnecting(100, 100)  # a service starting: seen as soon as it listens
 
 
 class Supervisor:

@@ -100,10 +100,11 @@ def lease_records(node_names: Sequence[str], now: float, source: str = "") -> li
     condition they all post (one record per agent per period and LEASES_PER_RECORD nodes, not one
     per node), keyed by the agent and the chunk, so a compacted topic keeps every chunk's last
     heartbeat."""
+    ready = convert.condition_to_proto(ready_condition(now), events_pb2.NodeLeases().ready)
     out = []
     for chunk, start in enumerate(range(0, len(node_names), LEASES_PER_RECORD)):
         record = events_pb2.NodeRecord(source=source)
-        convert.condition_to_proto(ready_condition(now), record.leases.ready)
+        record.leases.ready.CopyFrom(ready)
         record.leases.names.extend(node_names[start:start + LEASES_PER_RECORD])
         out.append((TOPIC_LEASES, source if chunk == 0 else f"{source}/{chunk}", record.SerializeToString()))
     return out
