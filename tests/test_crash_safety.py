@@ -29,6 +29,7 @@ import asyncio
 import logging
 import json
 import os
+import queue
 import signal
 import sys
 import threading
@@ -140,6 +141,13 @@ class Auditor(threading.Thread):
         self.error: Optional[BaseException] = None
         self._stopping = threading.Event()
         self.ready = threading.Event()
+        # for a failure's message: how far the audit got (records per broker lifetime, reads)
+        self._consumer: Optional[EventConsumer] = None
+        self._task: Optional[asyncio.Task] = None
+        self._syncs: "queue.SimpleQueue[threading.Event]" = queue.SimpleQueue()  # sync()'s requests
+        self.records_by_epoch: dict[int, int] = {}
+        self.reads = 0
+        self.last_record_at = 0.0
 
     def run(self) -> None:
         try:
@@ -149,13 +157,56 @@ class Auditor(threading.Thread):
             raise
 
     async def _follow(self) -> None:
+        self._task = asyncio.current_task()
         async with EventConsumer(self.bootstrap, [TOPIC_PODS], client_id="test-crash-audit") as consumer:
+            self._consumer = consumer
             for r in await consumer.catch_up(60):
-                self.audit.add(r.value, r.epoch)
+                self._add(r.value, r.epoch)
             self.ready.set()
             while not self._stopping.is_set():
                 for r in await consumer.getmany(timeout=0.3):
-                    self.audit.add(r.value, r.epoch)
+                    self._add(r.value, r.epoch)
+                self.reads += 1
+                if not self._syncs.empty():
+                    asked = []
+                    while not self._syncs.empty():
+                        asked.append(self._syncs.get())
+                    for r in await consumer.catch_up(60):
+                        self._add(r.value, r.epoch)
+                    for done in asked:
+                        done.set()
+
+    def sync(self, timeout: float = 90) -> None:
+        """Return once the audit has read the pods topic up to where it ends now: its reader lags the
+        mesh by a fetch and more (a broker restart's new log is read from its start), and a check
+        made before it catches up would find pods missing that are there."""
+        done = threading.Event()
+        self._syncs.put(done)
+        assert done.wait(timeout), f"the audit did not catch up with the pods topic in {timeout}s: {self.describe()}"
+
+    def _add(self, value: Optional[bytes], epoch: int) -> None:
+        self.records_by_epoch[epoch] = self.records_by_epoch.get(epoch, 0) + 1
+        self.last_record_at = time.time()
+        self.audit.add(value, epoch)
+
+    def describe(self) -> str:
+        """Where the audit stands, for a failure's message; a reader stuck in an await shows where."""
+        consumer = self._consumer
+        last = f"{time.time() - self.last_record_at:.1f}s ago" if self.last_record_at else "never"
+        text = (f"audit thread alive {self.is_alive()}, {self.reads} reads, records by broker lifetime "
+                f"{self.records_by_epoch}, last record {last}, consumer restarts "
+                f"{consumer.restart_count if consumer else '-'}")
+        task = self._task
+        if task is not None and not task.done():
+            # the chain of awaits (a task's own stack shows only its outer coroutine); read
+            # from this thread, it may be caught mid-step, which a message can live with
+            where, awaited = [], task.get_coro()
+            while awaited is not None and getattr(awaited, "cr_frame", None) is not None:
+                code = awaited.cr_frame.f_code
+                where.append(f"{code.co_filename.rsplit('/', 1)[-1]}:{awaited.cr_frame.f_lineno} {code.co_name}")
+                awaited = awaited.cr_await
+            text += "; the reader waits in " + " > ".join(where) + f" on {awaited!r}"[:200]
+        return text
 
     def stop(self) -> None:
         self._stopping.set()
@@ -281,6 +332,7 @@ def check_unfit_pending(mesh: Mesh, unfit: list[str], cli: bool) -> None:
         events = mesh.call("DescribePod", queue_pb2.DescribeRequest(namespace="default", name=name)).events
         assert ("Warning", "FailedScheduling", message) in {(e.type, e.reason, e.message) for e in events}, \
             f"{name}: no FailedScheduling event with kube's message: {[(e.reason, e.message) for e in events]}"
+    mesh.auditor.sync()
     audit = mesh.auditor.audit
     with audit.lock:
         uids = {u for u, n in audit.names.items() if n in want}
@@ -339,15 +391,19 @@ def run_case(mesh: Mesh, victim: str, prefix: str, then: Optional[str] = None, c
                                  f"queue-manager: {missing[:10]}")
         time.sleep(0.5)
     resumed = time.time() - kill_time[0]
-    time.sleep(1.0)  # late records (a wrong re-publication) reach the audit
+    time.sleep(1.0)  # time for a late wrong record (a stale re-publication) to be published
+    mesh.auditor.sync()
     duplicates = {n: nodes for n, nodes in placed.items() if len(nodes) > 1}
     assert not duplicates, f"two pods of one name: {duplicates}"
     audit = mesh.auditor.audit
     assert mesh.auditor.error is None, f"the audit consumer failed: {mesh.auditor.error!r}"
     with audit.lock:
+        missing = wanted - set(audit.names.values())
+    # (outside the lock: the audit's reader takes it, and describe() asks that reader for its stack)
+    assert not missing, (f"{len(missing)} pods never reached the pods topic: {sorted(missing)[:10]}; "
+                         f"{mesh.auditor.describe()}")
+    with audit.lock:
         ours = {uid for uid, n in audit.names.items() if n in wanted}
-        missing = wanted - {audit.names[u] for u in ours}
-        assert not missing, f"{len(missing)} pods never reached the pods topic: {sorted(missing)[:10]}"
         twice = {audit.names[u]: audit.bindings[u] for u in ours if len(audit.bindings.get(u, [])) > 1}
         assert not twice, f"bound to more than one node: {twice}"
         unbound = {audit.names[u]: c for u, c in audit.unbound_after_bound.items() if u in ours}
@@ -471,7 +527,8 @@ def test_kill_preemption_service_while_preempting(meshes: Callable[[str], Mesh])
                              f"bound, {len(lo)} of {len(lows)} low-priority pods left (want {len(lows) - 2 * len(highs)}): "
                              f"{[(n, v[0].message) for n, v in h.items() if not v[0].pod.node_name][:3]}")
     resumed = time.time() - kill_time
-    time.sleep(1.0)  # late records reach the audit
+    time.sleep(1.0)  # time for a late wrong record to be published
+    mesh.auditor.sync()
     h, lo = views(highs), views(lows)
     assert all(len(v) == 1 for v in (*h.values(), *lo.values())), "two pods of one name"
     for n, v in lo.items():
