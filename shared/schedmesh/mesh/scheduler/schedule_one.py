@@ -527,6 +527,12 @@ class ScheduleOne:
         pod = qpi.pod
         try:
             try:
+                # The request may have waited in the pool behind others: across a broker restart its
+                # offsets are the lost broker's, which the new one reaches late or never, and the
+                # service waited its whole timeout for each queued request (32 pods, 5 s each). The
+                # cache's offsets now are at least the cycle's in one broker's lifetime.
+                req.view.ClearField("offsets")
+                req.view.offsets.update(self.cache.view_offsets())
                 resp = self.preemption.Preempt(req, timeout=self.cfg.preemption_timeout, metadata=md)
                 self.cache.expect_records()  # the victims' deletions and nominations it published
             except grpc.RpcError as e:
