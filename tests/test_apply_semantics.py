@@ -1,7 +1,8 @@
 """Apply is kubectl's apply, against real processes (embedded broker, binder, queue-manager):
 created / configured / unchanged; a bound pod re-applied keeps its node and status and is never
 published unbound; an immutable pod field change is refused with the API server's words, nothing
-applied; duplicates and names the API server refuses are refused."""
+applied; duplicates and names the API server refuses are refused; the next read sees what an
+Apply or a Delete wrote."""
 from __future__ import annotations
 
 import asyncio
@@ -197,6 +198,26 @@ def test_duplicates_and_invalid_names_are_refused(target) -> None:
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "metadata.labels" in e.value.details()
     assert not {"dup", "Bad_Name", "good"} & set(pods(t))
+
+
+def test_what_apply_and_delete_wrote_is_what_the_next_read_sees(target) -> None:
+    """Read-your-writes, as the API server's: a pod is there for the Describe right after its Apply
+    (before, it was NotFound for 2-7 ms in 3 Applies of 15), and gone, or terminating when bound,
+    for the one right after its Delete. Twenty rounds: the window was a few milliseconds."""
+    _, t = target
+    stub = queue_pb2_grpc.SchedulerStub(grpc.insecure_channel(t))
+    for i in range(20):
+        name = f"ryw-{i}"
+        stub.Apply(queue_pb2.ApplyRequest(manifest=pod(name), source="ryw.yaml"), timeout=30)
+        seen = stub.DescribePod(queue_pb2.DescribeRequest(namespace="default", name=name), timeout=10)
+        assert seen.pod.pod.metadata.name == name
+        stub.Delete(queue_pb2.DeleteRequest(kind="pod", namespace="default", name=name), timeout=30)
+        try:
+            left = stub.DescribePod(queue_pb2.DescribeRequest(namespace="default", name=name), timeout=10)
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.NOT_FOUND, e
+        else:  # bound meanwhile: deleted gracefully, its kubelet ends it
+            assert left.pod.pod.node_name and left.pod.pod.metadata.deletion_timestamp > 0, left.pod.pod
 
 
 def test_explain_refuses_an_object_in_both_cluster_and_pods(tmp_path) -> None:
