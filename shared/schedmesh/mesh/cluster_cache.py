@@ -24,13 +24,15 @@ from schedmesh.api.evolve import evolve
 from schedmesh.api.types import (POD_BINDING_AND_STATUS, DaemonSet, LimitRange, Namespace, Node, Pod, PodDisruptionBudget,
                                  PriorityClass, RuntimeClass, WorkloadSelector, same_but_status)
 from schedmesh.plugins.pod_topology_spread import WorkloadSelectors
-# Topic names live in the bus catalogue; re-exported here under the names the mesh uses.
-from schedmesh.bus.topics import (EVENTS as TOPIC_EVENTS, NAMESPACES as TOPIC_NAMESPACES, NODES as TOPIC_NODES,
-                                  PDBS as TOPIC_PDBS, PODS as TOPIC_PODS, PRIORITY_CLASSES as TOPIC_PRIORITY_CLASSES,
-                                  STATE_TOPICS)
+from schedmesh.bus import topics
 from schedmesh.cache.snapshot import Snapshot
 from schedmesh.mesh.records import apply_node_update, apply_update, expand
 from schedmesh.v1 import events_pb2
+
+# Topic names live in the bus catalogue; here under the names the mesh uses.
+TOPIC_EVENTS, TOPIC_NAMESPACES, TOPIC_NODES = topics.EVENTS, topics.NAMESPACES, topics.NODES
+TOPIC_PDBS, TOPIC_PODS, TOPIC_PRIORITY_CLASSES = topics.PDBS, topics.PODS, topics.PRIORITY_CLASSES
+STATE_TOPICS = topics.STATE_TOPICS
 
 
 # uids of deleted pods remembered by a reader that asks ClusterCache.was_deleted (the binder, the
